@@ -1,0 +1,103 @@
+// Command clockd is the alarm-clock server: REST API, preloader and ring
+// loop. `clockd` or `clockd serve` runs it; `clockd migrate` applies the
+// schema and exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/clockd/clockd/internal/config"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "clockd:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+const usage = `clockd — durable one-shot clocks rung through RabbitMQ
+
+Usage:
+  clockd [-config PATH] [serve]          run the server (applies pending migrations first
+                                         unless mysql.migrate_on_start is false)
+  clockd [-config PATH] migrate [up]     apply the schema and exit
+  clockd [-config PATH] migrate status   show applied migrations
+  clockd [-config PATH] migrate down     roll back every migration (drops the tables!)
+  clockd env                             list the environment variables and their keys
+
+The configuration is config/clockd.yaml's keys with their defaults, the file named by
+-config or CLOCKD_CONFIG, then environment variables (see 'clockd env').
+`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("clockd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	configPath := fs.String("config", getenv("CLOCKD_CONFIG"), "YAML configuration file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	cmd := "serve"
+	if len(rest) > 0 {
+		cmd, rest = rest[0], rest[1:]
+		// flags may also follow the command
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		rest = fs.Args()
+	}
+	if cmd == "env" {
+		for name, key := range config.EnvNames() {
+			fmt.Fprintf(stdout, "%s\t%s\n", name, key)
+		}
+		return nil
+	}
+	cfg, err := config.Load(*configPath, getenv)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	switch cmd {
+	case "serve":
+		if len(rest) > 0 {
+			return fmt.Errorf("serve takes no arguments, got %q", strings.Join(rest, " "))
+		}
+		return serve(ctx, cfg, log)
+	case "migrate":
+		sub := "up"
+		if len(rest) > 0 {
+			sub = rest[0]
+		}
+		return migrate(ctx, cfg, log, sub, stdout)
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

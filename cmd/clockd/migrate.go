@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/pressly/goose/v3"
+
+	"github.com/clockd/clockd/internal/config"
+	"github.com/clockd/clockd/internal/mysql"
+	"github.com/clockd/clockd/migrations"
+)
+
+func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, sub string, stdout io.Writer) error {
+	db, err := mysql.Open(ctx, cfg.MySQL.DSN, 4)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	switch sub {
+	case "up":
+		if err := mysql.Migrate(ctx, db, log); err != nil {
+			return err
+		}
+		n, err := mysql.SetupShards(ctx, db, cfg.Clock.Shards)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "schema up to date; %d shards\n", n)
+	case "down":
+		if err := mysql.MigrateDown(ctx, db); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "all migrations rolled back")
+	case "status":
+		p, err := goose.NewProvider(goose.DialectMySQL, db.DB, migrations.FS)
+		if err != nil {
+			return err
+		}
+		st, err := p.Status(ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range st {
+			fmt.Fprintf(stdout, "%05d %-8s %s\n", s.Source.Version, s.State, s.Source.Path)
+		}
+	default:
+		return fmt.Errorf("unknown migrate command %q (up, status, down)", sub)
+	}
+	return nil
+}

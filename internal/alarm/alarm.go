@@ -1,0 +1,183 @@
+// Package alarm is the domain of clockd: what a clock is, the rules a new or
+// changed clock must follow, the errors callers can tell apart, and the
+// interfaces the adapters (MySQL store, scheduler) implement.
+package alarm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"time"
+)
+
+// Status is where a clock is in its life.
+type Status string
+
+// The statuses of a clock.
+const (
+	StatusPending   Status = "pending"   // waiting for its time
+	StatusFiring    Status = "firing"    // claimed by a ring loop, being published
+	StatusRung      Status = "rung"      // the broker confirmed the ring
+	StatusCancelled Status = "cancelled" // cancelled by the application
+	StatusExpired   Status = "expired"   // could not ring before latest_ring_at
+	StatusDead      Status = "dead"      // max_attempts failed attempts
+)
+
+// Valid reports whether s is one of the statuses above.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusPending, StatusFiring, StatusRung, StatusCancelled, StatusExpired, StatusDead:
+		return true
+	}
+	return false
+}
+
+// Clock is one one-shot alarm. A zero time means "not set" (null).
+type Clock struct {
+	ID           int64
+	Application  string
+	BusinessID   string
+	Shard        int
+	Payload      string
+	ContentType  string
+	RingAt       time.Time
+	LatestRingAt time.Time
+	MaxAttempts  int
+	Status       Status
+	Attempts     int
+	NextTryAt    time.Time
+	LastError    string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	RungAt       time.Time
+}
+
+// Key identifies a clock.
+type Key struct {
+	Application string
+	BusinessID  string
+}
+
+func (k Key) String() string { return k.Application + "/" + k.BusinessID }
+
+// ShardOf returns the shard of a clock among n shards. It is stable: the
+// same pair always lands in the same shard for a given n.
+func ShardOf(application, businessID string, n int) int {
+	h := crc32.NewIEEE()
+	h.Write([]byte(application))
+	h.Write([]byte{0})
+	h.Write([]byte(businessID))
+	return int(h.Sum32() % uint32(n))
+}
+
+// Errors that callers tell apart with errors.Is.
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrConflict    = errors.New("conflict")
+	ErrInvalid     = errors.New("invalid argument")
+	ErrTooLarge    = errors.New("too large")
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// FieldError is a validation failure of one field. It matches ErrInvalid
+// (or ErrTooLarge for sizes) with errors.Is.
+type FieldError struct {
+	Field   string
+	Message string
+	Kind    error // ErrInvalid or ErrTooLarge
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Is makes errors.Is(err, ErrInvalid) and errors.Is(err, ErrTooLarge) work.
+func (e *FieldError) Is(target error) bool {
+	if e.Kind == nil {
+		return target == ErrInvalid
+	}
+	return target == e.Kind
+}
+
+func invalid(field, format string, args ...any) error {
+	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...), Kind: ErrInvalid}
+}
+
+// ConflictError says why a change was refused for the clock's current state.
+type ConflictError struct {
+	Clock   Clock
+	Message string
+}
+
+func (e *ConflictError) Error() string { return e.Message }
+
+// Is makes errors.Is(err, ErrConflict) work.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// NewClock is a validated create request.
+type NewClock struct {
+	Application  string
+	BusinessID   string
+	Payload      string
+	ContentType  string
+	RingAt       time.Time
+	LatestRingAt time.Time
+	MaxAttempts  int
+	// Delay is set when the ring time was given as a delay: a retried
+	// create then means the same clock when the existing one was set to
+	// ring the same delay after its creation.
+	Delay   time.Duration
+	ByDelay bool
+}
+
+// Same reports whether an existing clock was created by an identical request,
+// which makes a repeated create idempotent.
+func (n NewClock) Same(c Clock) bool {
+	sameTime := n.RingAt.Equal(c.RingAt)
+	if n.ByDelay {
+		diff := c.RingAt.Sub(c.CreatedAt) - n.Delay
+		sameTime = diff > -time.Millisecond && diff < time.Millisecond
+	}
+	return sameTime && n.Payload == c.Payload && n.ContentType == c.ContentType &&
+		n.LatestRingAt.Equal(c.LatestRingAt) && n.MaxAttempts == c.MaxAttempts
+}
+
+// CreateResult is the outcome of one create.
+type CreateResult struct {
+	Clock   Clock
+	Created bool  // true: a new clock; false with Err nil: an identical one existed
+	Err     error // ErrConflict, ErrInvalid, ErrUnavailable, ...
+}
+
+
+// ListQuery selects clocks for listing, newest first.
+type ListQuery struct {
+	Application string
+	Status      Status
+	Limit       int
+	BeforeID    int64 // cursor: only ids below this; 0 = from the newest
+}
+
+// Store keeps clocks durable. Implementations map their errors to the
+// sentinels above. A nil error from a change means it is committed.
+type Store interface {
+	// Create inserts clocks, idempotently per key, and returns one result per
+	// input in order.
+	Create(ctx context.Context, clocks []NewClock, now time.Time) []CreateResult
+	Get(ctx context.Context, k Key) (Clock, error)
+	// Cancel moves a pending clock to cancelled.
+	Cancel(ctx context.Context, k Key, now time.Time) (Clock, error)
+	// Reschedule changes a pending clock: apply turns the current clock into
+	// the new one (or refuses it) inside the store's transaction.
+	Reschedule(ctx context.Context, k Key, now time.Time, apply func(Clock) (Clock, error)) (Clock, error)
+	// Replay moves an expired or dead clock back to pending, due now.
+	Replay(ctx context.Context, k Key, now time.Time) (Clock, error)
+	List(ctx context.Context, q ListQuery) ([]Clock, error)
+	Ping(ctx context.Context) error
+}
+
+// Scheduler learns about clocks whose next try changed, so that a clock due
+// soon reaches the in-memory heap without waiting for the next scan.
+type Scheduler interface {
+	Scheduled(clocks []Clock) // pending clocks, new or moved
+	Unscheduled(ids []int64)  // clocks no longer pending
+}

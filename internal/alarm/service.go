@@ -1,0 +1,149 @@
+package alarm
+
+import (
+	"context"
+	"time"
+)
+
+// Service is what the API calls: it validates, changes the store, and tells
+// the scheduler about clocks whose next try moved.
+type Service struct {
+	store  Store
+	sched  Scheduler
+	now    func() time.Time
+	limits Limits
+}
+
+// NewService wires a service. sched may be nil (no ring loop in process).
+func NewService(store Store, sched Scheduler, now func() time.Time, lim Limits) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{store: store, sched: sched, now: now, limits: lim}
+}
+
+// Limits returns the limits requests are checked against.
+func (s *Service) Limits() Limits { return s.limits }
+
+// Now returns the service's current time.
+func (s *Service) Now() time.Time { return s.now() }
+
+// Create validates and stores the given inputs, one result per input in
+// order. Invalid inputs get their error and are not written.
+func (s *Service) Create(ctx context.Context, ins []CreateInput) []CreateResult {
+	now := s.now()
+	results := make([]CreateResult, len(ins))
+	valid := make([]NewClock, 0, len(ins))
+	pos := make([]int, 0, len(ins))
+	for i, in := range ins {
+		n, err := in.Validate(now, s.limits)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		valid = append(valid, n)
+		pos = append(pos, i)
+	}
+	if len(valid) == 0 {
+		return results
+	}
+	stored := s.store.Create(ctx, valid, now)
+	created := make([]Clock, 0, len(stored))
+	for j, r := range stored {
+		results[pos[j]] = r
+		if r.Err == nil && r.Created {
+			created = append(created, r.Clock)
+		}
+	}
+	s.scheduled(created)
+	return results
+}
+
+// Get reads one clock.
+func (s *Service) Get(ctx context.Context, k Key) (Clock, error) {
+	if err := CheckKey(k); err != nil {
+		return Clock{}, err
+	}
+	return s.store.Get(ctx, k)
+}
+
+// Cancel cancels a pending clock.
+func (s *Service) Cancel(ctx context.Context, k Key) (Clock, error) {
+	if err := CheckKey(k); err != nil {
+		return Clock{}, err
+	}
+	c, err := s.store.Cancel(ctx, k, s.now())
+	if err == nil && s.sched != nil {
+		s.sched.Unscheduled([]int64{c.ID})
+	}
+	return c, err
+}
+
+// Reschedule changes a pending clock.
+func (s *Service) Reschedule(ctx context.Context, k Key, p PatchInput) (Clock, error) {
+	if err := CheckKey(k); err != nil {
+		return Clock{}, err
+	}
+	now := s.now()
+	if err := p.Check(now, s.limits); err != nil {
+		return Clock{}, err
+	}
+	c, err := s.store.Reschedule(ctx, k, now, func(c Clock) (Clock, error) {
+		return p.Apply(c, now, s.limits)
+	})
+	if err == nil {
+		s.scheduled([]Clock{c})
+	}
+	return c, err
+}
+
+// Replay puts an expired or dead clock back to pending, due now.
+func (s *Service) Replay(ctx context.Context, k Key) (Clock, error) {
+	if err := CheckKey(k); err != nil {
+		return Clock{}, err
+	}
+	c, err := s.store.Replay(ctx, k, s.now())
+	if err == nil {
+		s.scheduled([]Clock{c})
+	}
+	return c, err
+}
+
+// List lists clocks, newest first, and returns the cursor of the next page
+// (0 when this is the last).
+func (s *Service) List(ctx context.Context, q ListQuery) ([]Clock, int64, error) {
+	if q.Application != "" {
+		if err := CheckApplication(q.Application); err != nil {
+			return nil, 0, err
+		}
+	}
+	if q.Status != "" && !q.Status.Valid() {
+		return nil, 0, invalid("status", "must be one of pending, firing, rung, cancelled, expired, dead")
+	}
+	if q.Limit <= 0 || q.Limit > 1000 {
+		return nil, 0, invalid("limit", "must be between 1 and 1000, got %d", q.Limit)
+	}
+	if q.BeforeID < 0 {
+		return nil, 0, invalid("after", "is not a cursor from a previous page")
+	}
+	limit := q.Limit
+	q.Limit++ // one more tells whether there is a next page
+	cs, err := s.store.List(ctx, q)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(cs) > limit {
+		cs = cs[:limit]
+		return cs, cs[limit-1].ID, nil
+	}
+	return cs, 0, nil
+}
+
+// Ping tells whether the store answers.
+func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
+
+func (s *Service) scheduled(cs []Clock) {
+	if s.sched != nil && len(cs) > 0 {
+		s.sched.Scheduled(cs)
+	}
+}

@@ -1,0 +1,318 @@
+package alarm
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits bound what a create or reschedule may carry.
+type Limits struct {
+	MaxPayloadBytes int // default 64 KiB
+}
+
+// DefaultContentType is used when a create names none.
+const DefaultContentType = "application/json"
+
+// Field limits.
+const (
+	MaxApplicationLen = 64
+	MaxBusinessIDLen  = 128
+	MaxContentTypeLen = 255
+)
+
+// maxTime bounds ring times to what RFC 3339 and millisecond columns hold.
+var maxTime = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+
+// CheckApplication validates an application name.
+func CheckApplication(s string) error {
+	if s == "" {
+		return invalid("application", "is required")
+	}
+	if len(s) > MaxApplicationLen {
+		return invalid("application", "is longer than %d characters", MaxApplicationLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return invalid("application", "has character %q at %d; allowed are A-Z a-z 0-9 . _ -", c, i)
+		}
+	}
+	return nil
+}
+
+// CheckBusinessID validates a business id.
+func CheckBusinessID(s string) error {
+	if s == "" {
+		return invalid("business_id", "is required")
+	}
+	if !utf8.ValidString(s) {
+		return invalid("business_id", "is not valid UTF-8")
+	}
+	n := 0
+	for i, r := range s {
+		n++
+		if r == '/' {
+			return invalid("business_id", "must not contain '/' (at %d)", i)
+		}
+		if !unicode.IsPrint(r) {
+			return invalid("business_id", "has a non-printable character %U at %d", r, i)
+		}
+	}
+	if n > MaxBusinessIDLen {
+		return invalid("business_id", "is longer than %d characters", MaxBusinessIDLen)
+	}
+	return nil
+}
+
+// CheckKey validates both parts of a key.
+func CheckKey(k Key) error {
+	if err := CheckApplication(k.Application); err != nil {
+		return err
+	}
+	return CheckBusinessID(k.BusinessID)
+}
+
+func checkPayload(p string, lim Limits) error {
+	if lim.MaxPayloadBytes > 0 && len(p) > lim.MaxPayloadBytes {
+		return &FieldError{Field: "payload", Kind: ErrTooLarge,
+			Message: fmt.Sprintf("is %d bytes, more than the limit of %d", len(p), lim.MaxPayloadBytes)}
+	}
+	return nil
+}
+
+func checkContentType(s string) error {
+	if s == "" {
+		return invalid("content_type", "must not be empty (omit it for %s)", DefaultContentType)
+	}
+	if len(s) > MaxContentTypeLen {
+		return invalid("content_type", "is longer than %d characters", MaxContentTypeLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return invalid("content_type", "has a non-printable or non-ASCII byte at %d", i)
+		}
+	}
+	return nil
+}
+
+func checkTime(field string, t time.Time) error {
+	if t.After(maxTime) {
+		return invalid(field, "is after year 9999")
+	}
+	if t.Before(time.Unix(0, 0)) {
+		return invalid(field, "is before 1970")
+	}
+	return nil
+}
+
+func checkMaxAttempts(n int) error {
+	if n < 0 {
+		return invalid("max_attempts", "must be 0 (no limit) or more, got %d", n)
+	}
+	if n > math.MaxInt32 {
+		return invalid("max_attempts", "is larger than %d", math.MaxInt32)
+	}
+	return nil
+}
+
+// When is a ring time given either as an absolute time or as a delay.
+type When struct {
+	At       *time.Time
+	Delay    *time.Duration
+	AtSet    bool // the field was present (possibly null)
+	DelaySet bool
+}
+
+func (w When) resolve(now time.Time, required bool) (time.Time, bool, error) {
+	switch {
+	case w.AtSet && w.DelaySet:
+		return time.Time{}, false, invalid("ring_at", "give exactly one of ring_at or delay, not both")
+	case w.AtSet:
+		if w.At == nil {
+			return time.Time{}, false, invalid("ring_at", "must be an RFC 3339 time, not null")
+		}
+		t := w.At.UTC().Truncate(time.Millisecond)
+		return t, true, checkTime("ring_at", t)
+	case w.DelaySet:
+		if w.Delay == nil {
+			return time.Time{}, false, invalid("delay", "must be a duration, not null")
+		}
+		if *w.Delay < 0 {
+			return time.Time{}, false, invalid("delay", "must not be negative, got %s", *w.Delay)
+		}
+		t := now.Add(*w.Delay).UTC().Truncate(time.Millisecond)
+		return t, true, checkTime("delay", t)
+	case required:
+		return time.Time{}, false, invalid("ring_at", "give exactly one of ring_at or delay")
+	}
+	return time.Time{}, false, nil
+}
+
+// CreateInput is a create request as decoded, before validation. Nil means
+// the field was absent.
+type CreateInput struct {
+	Application  string
+	BusinessID   string
+	Payload      *string
+	ContentType  *string
+	When         When
+	LatestRingAt *time.Time
+	MaxAttempts  *int
+}
+
+// Validate checks a create request and returns the clock to create.
+func (in CreateInput) Validate(now time.Time, lim Limits) (NewClock, error) {
+	n := NewClock{Application: in.Application, BusinessID: in.BusinessID, ContentType: DefaultContentType}
+	if err := CheckKey(Key{in.Application, in.BusinessID}); err != nil {
+		return NewClock{}, err
+	}
+	if in.Payload != nil {
+		n.Payload = *in.Payload
+	}
+	if err := checkPayload(n.Payload, lim); err != nil {
+		return NewClock{}, err
+	}
+	if in.ContentType != nil {
+		n.ContentType = *in.ContentType
+		if err := checkContentType(n.ContentType); err != nil {
+			return NewClock{}, err
+		}
+	}
+	at, _, err := in.When.resolve(now, true)
+	if err != nil {
+		return NewClock{}, err
+	}
+	n.RingAt = at
+	if in.When.DelaySet {
+		n.Delay, n.ByDelay = *in.When.Delay, true
+	}
+	if in.LatestRingAt != nil {
+		n.LatestRingAt = in.LatestRingAt.UTC().Truncate(time.Millisecond)
+		if err := checkLatest(n.RingAt, n.LatestRingAt, now); err != nil {
+			return NewClock{}, err
+		}
+	}
+	if in.MaxAttempts != nil {
+		if err := checkMaxAttempts(*in.MaxAttempts); err != nil {
+			return NewClock{}, err
+		}
+		n.MaxAttempts = *in.MaxAttempts
+	}
+	return n, nil
+}
+
+func checkLatest(ringAt, latest, now time.Time) error {
+	if latest.IsZero() {
+		return nil
+	}
+	if err := checkTime("latest_ring_at", latest); err != nil {
+		return err
+	}
+	if latest.Before(ringAt) {
+		return invalid("latest_ring_at", "(%s) is before ring_at (%s)", fmtTime(latest), fmtTime(ringAt))
+	}
+	if !latest.After(now) {
+		return invalid("latest_ring_at", "(%s) is already past", fmtTime(latest))
+	}
+	return nil
+}
+
+func fmtTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// PatchInput is a reschedule request as decoded. Nil means "leave as is";
+// LatestSet with a nil LatestRingAt clears the limit.
+type PatchInput struct {
+	When         When
+	Payload      *string
+	LatestRingAt *time.Time
+	LatestSet    bool
+	MaxAttempts  *int
+}
+
+// Empty reports whether the patch changes nothing.
+func (p PatchInput) Empty() bool {
+	return !p.When.AtSet && !p.When.DelaySet && p.Payload == nil && !p.LatestSet && p.MaxAttempts == nil
+}
+
+// Check validates what can be checked without the current clock.
+func (p PatchInput) Check(now time.Time, lim Limits) error {
+	if p.Empty() {
+		return invalid("body", "names nothing to change: give ring_at or delay, payload, latest_ring_at or max_attempts")
+	}
+	if _, _, err := p.When.resolve(now, false); err != nil {
+		return err
+	}
+	if p.Payload != nil {
+		if err := checkPayload(*p.Payload, lim); err != nil {
+			return err
+		}
+	}
+	if p.MaxAttempts != nil {
+		return checkMaxAttempts(*p.MaxAttempts)
+	}
+	return nil
+}
+
+// Apply returns c changed by the patch, due at its (new) ring time, or the
+// reason the result would be invalid.
+func (p PatchInput) Apply(c Clock, now time.Time, lim Limits) (Clock, error) {
+	if err := p.Check(now, lim); err != nil {
+		return Clock{}, err
+	}
+	at, ok, err := p.When.resolve(now, false)
+	if err != nil {
+		return Clock{}, err
+	}
+	if ok {
+		c.RingAt = at
+	}
+	if p.Payload != nil {
+		c.Payload = *p.Payload
+	}
+	if p.LatestSet {
+		c.LatestRingAt = time.Time{}
+		if p.LatestRingAt != nil {
+			c.LatestRingAt = p.LatestRingAt.UTC().Truncate(time.Millisecond)
+		}
+	}
+	if p.MaxAttempts != nil {
+		c.MaxAttempts = *p.MaxAttempts
+	}
+	if (ok || p.LatestSet) && !c.LatestRingAt.IsZero() {
+		if err := checkLatest(c.RingAt, c.LatestRingAt, now); err != nil {
+			return Clock{}, err
+		}
+	}
+	if ok {
+		c.NextTryAt = DueAt(c.RingAt, now)
+	}
+	c.UpdatedAt = now
+	return c, nil
+}
+
+// DueAt is when a clock set to ring at ringAt is first tried: its ring time,
+// or now when that is past ("ring now").
+func DueAt(ringAt, now time.Time) time.Time {
+	now = now.UTC().Truncate(time.Millisecond)
+	if ringAt.Before(now) {
+		return now
+	}
+	return ringAt
+}
+
+// TrimError shortens an error text to what the last_error column holds.
+func TrimError(s string) string {
+	const max = 1000
+	if len(s) <= max {
+		return s
+	}
+	s = s[:max]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return strings.TrimSpace(s) + "…"
+}

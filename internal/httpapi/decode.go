@@ -1,0 +1,232 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+// createBody is the JSON of a create; raw fields are parsed by hand so that
+// errors name the field and "absent" differs from "null".
+type createBody struct {
+	Application  *string         `json:"application"`
+	BusinessID   *string         `json:"business_id"`
+	Payload      *string         `json:"payload"`
+	ContentType  *string         `json:"content_type"`
+	RingAt       json.RawMessage `json:"ring_at"`
+	Delay        json.RawMessage `json:"delay"`
+	LatestRingAt json.RawMessage `json:"latest_ring_at"`
+	MaxAttempts  json.RawMessage `json:"max_attempts"`
+}
+
+// patchBody is the JSON of a reschedule.
+type patchBody struct {
+	RingAt       json.RawMessage `json:"ring_at"`
+	Delay        json.RawMessage `json:"delay"`
+	Payload      *string         `json:"payload"`
+	LatestRingAt json.RawMessage `json:"latest_ring_at"`
+	MaxAttempts  json.RawMessage `json:"max_attempts"`
+}
+
+func badField(field, format string, args ...any) error {
+	return &alarm.FieldError{Field: field, Message: fmt.Sprintf(format, args...), Kind: alarm.ErrInvalid}
+}
+
+// decodeStrict decodes exactly one JSON object into v, refusing unknown
+// fields and trailing data.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badField("body", "has data after the JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return badField("body", "is not valid JSON at byte %d: %v", syn.Offset, err)
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return badField("body", "must be a JSON object")
+		}
+		return badField(field, "must be a %s, not %s", typ.Type.String(), typ.Value)
+	case errors.Is(err, io.EOF):
+		return badField("body", "is empty; a JSON object is required")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badField("body", "is truncated JSON")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		return badField(strings.Trim(name, `"`), "is not a known field")
+	}
+	return badField("body", "%v", err)
+}
+
+func present(raw json.RawMessage) bool { return raw != nil }
+
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
+// parseTime parses an RFC 3339 time; nil for JSON null.
+func parseTime(field string, raw json.RawMessage) (*time.Time, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, badField(field, "must be an RFC 3339 time string such as \"2026-01-01T10:30:00.000Z\"")
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return nil, badField(field, "%q is not an RFC 3339 time such as \"2026-01-01T10:30:00.000Z\"", s)
+	}
+	return &t, nil
+}
+
+// parseDelay accepts a Go duration string ("30m") or integer milliseconds.
+func parseDelay(raw json.RawMessage) (*time.Duration, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, badField("delay", "%q is not a duration such as \"30m\" or \"1h30m\"", s)
+		}
+		return &d, nil
+	}
+	var n json.Number
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&n); err != nil {
+		return nil, badField("delay", "must be a duration string such as \"30m\" or integer milliseconds")
+	}
+	v, err := strconv.ParseInt(n.String(), 10, 64)
+	if err != nil {
+		return nil, badField("delay", "%s is not a whole number of milliseconds", n.String())
+	}
+	if v > math.MaxInt64/int64(time.Millisecond) || v < math.MinInt64/int64(time.Millisecond) {
+		return nil, badField("delay", "%d milliseconds is out of range", v)
+	}
+	d := time.Duration(v) * time.Millisecond
+	return &d, nil
+}
+
+func parseMaxAttempts(raw json.RawMessage) (*int, error) {
+	var n int64
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&n); err != nil || isNull(raw) {
+		return nil, badField("max_attempts", "must be a whole number (0 = no limit)")
+	}
+	if n < 0 || n > math.MaxInt32 {
+		return nil, badField("max_attempts", "must be between 0 and %d, got %d", math.MaxInt32, n)
+	}
+	v := int(n)
+	return &v, nil
+}
+
+func parseWhen(ringAt, delay json.RawMessage) (alarm.When, error) {
+	w := alarm.When{AtSet: present(ringAt), DelaySet: present(delay)}
+	var err error
+	if w.AtSet {
+		if w.At, err = parseTime("ring_at", ringAt); err != nil {
+			return w, err
+		}
+	}
+	if w.DelaySet {
+		if w.Delay, err = parseDelay(delay); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
+}
+
+// DecodeCreate parses and validates one create request body.
+func DecodeCreate(data []byte, now time.Time, lim alarm.Limits) (alarm.NewClock, error) {
+	var b createBody
+	if err := decodeStrict(data, &b); err != nil {
+		return alarm.NewClock{}, err
+	}
+	in, err := b.input()
+	if err != nil {
+		return alarm.NewClock{}, err
+	}
+	return in.Validate(now, lim)
+}
+
+func (b createBody) input() (alarm.CreateInput, error) {
+	var in alarm.CreateInput
+	if b.Application != nil {
+		in.Application = *b.Application
+	}
+	if b.BusinessID != nil {
+		in.BusinessID = *b.BusinessID
+	}
+	in.Payload, in.ContentType = b.Payload, b.ContentType
+	if err := alarm.CheckKey(alarm.Key{Application: in.Application, BusinessID: in.BusinessID}); err != nil {
+		return in, err
+	}
+	var err error
+	if in.When, err = parseWhen(b.RingAt, b.Delay); err != nil {
+		return in, err
+	}
+	if present(b.LatestRingAt) {
+		if in.LatestRingAt, err = parseTime("latest_ring_at", b.LatestRingAt); err != nil {
+			return in, err
+		}
+	}
+	if present(b.MaxAttempts) {
+		if in.MaxAttempts, err = parseMaxAttempts(b.MaxAttempts); err != nil {
+			return in, err
+		}
+	}
+	return in, nil
+}
+
+func decodeCreateInput(data []byte) (alarm.CreateInput, error) {
+	var b createBody
+	if err := decodeStrict(data, &b); err != nil {
+		return alarm.CreateInput{}, err
+	}
+	return b.input()
+}
+
+func decodePatch(data []byte) (alarm.PatchInput, error) {
+	var b patchBody
+	var p alarm.PatchInput
+	if err := decodeStrict(data, &b); err != nil {
+		return p, err
+	}
+	var err error
+	if p.When, err = parseWhen(b.RingAt, b.Delay); err != nil {
+		return p, err
+	}
+	p.Payload = b.Payload
+	if present(b.LatestRingAt) {
+		p.LatestSet = true
+		if p.LatestRingAt, err = parseTime("latest_ring_at", b.LatestRingAt); err != nil {
+			return p, err
+		}
+	}
+	if present(b.MaxAttempts) {
+		if p.MaxAttempts, err = parseMaxAttempts(b.MaxAttempts); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}

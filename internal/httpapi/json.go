@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+// TimeFormat is RFC 3339 with milliseconds, as every answer writes times.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// Clock is the JSON of a clock.
+type Clock struct {
+	ID           int64   `json:"id"`
+	Application  string  `json:"application"`
+	BusinessID   string  `json:"business_id"`
+	Payload      string  `json:"payload"`
+	ContentType  string  `json:"content_type"`
+	RingAt       string  `json:"ring_at"`
+	LatestRingAt *string `json:"latest_ring_at"`
+	MaxAttempts  int     `json:"max_attempts"`
+	Status       string  `json:"status"`
+	Attempts     int     `json:"attempts"`
+	NextTryAt    string  `json:"next_try_at"`
+	LastError    *string `json:"last_error"`
+	CreatedAt    string  `json:"created_at"`
+	UpdatedAt    string  `json:"updated_at"`
+	RungAt       *string `json:"rung_at"`
+}
+
+func fmtTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
+
+func optTime(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := fmtTime(t)
+	return &s
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// ClockJSON converts a clock to its JSON form.
+func ClockJSON(c alarm.Clock) Clock {
+	return Clock{
+		ID: c.ID, Application: c.Application, BusinessID: c.BusinessID, Payload: c.Payload,
+		ContentType: c.ContentType, RingAt: fmtTime(c.RingAt), LatestRingAt: optTime(c.LatestRingAt),
+		MaxAttempts: c.MaxAttempts, Status: string(c.Status), Attempts: c.Attempts,
+		NextTryAt: fmtTime(c.NextTryAt), LastError: optString(c.LastError),
+		CreatedAt: fmtTime(c.CreatedAt), UpdatedAt: fmtTime(c.UpdatedAt), RungAt: optTime(c.RungAt),
+	}
+}
+
+// ErrorBody is the JSON of an error answer.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail says what went wrong.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// BatchResult is one item of a batch answer.
+type BatchResult struct {
+	Status int          `json:"status"`
+	Clock  *Clock       `json:"clock,omitempty"`
+	Error  *ErrorDetail `json:"error,omitempty"`
+}

@@ -1,0 +1,114 @@
+// Package testenv gives integration tests their own MySQL database and
+// RabbitMQ names on the servers named by CLOCKD_TEST_MYSQL_DSN and
+// CLOCKD_TEST_AMQP_URL. Under CI=true an unreachable server fails the test;
+// elsewhere the test is skipped with a message saying how to start one.
+package testenv
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Defaults for the local services.
+const (
+	DefaultMySQLDSN = "root:@tcp(127.0.0.1:3306)/"
+	DefaultAMQPURL  = "amqp://guest:guest@127.0.0.1:5672/"
+)
+
+func unavailable(t testing.TB, what string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("%s unreachable: %v (start it, or run `make test` which starts the compose services)", what, err)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// Name returns a short random name with the given prefix, safe for a
+// database, an exchange or a queue.
+func Name(prefix string) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// ServerDSN is the DSN of the test MySQL server (no database selected).
+func ServerDSN() string {
+	if v := os.Getenv("CLOCKD_TEST_MYSQL_DSN"); v != "" {
+		return v
+	}
+	return DefaultMySQLDSN
+}
+
+// AMQPURL returns the URL of the test RabbitMQ after checking it answers.
+func AMQPURL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("CLOCKD_TEST_AMQP_URL")
+	if url == "" {
+		url = DefaultAMQPURL
+	}
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		unavailable(t, "RabbitMQ at "+url, err)
+	}
+	_ = conn.Close()
+	return url
+}
+
+// MySQLDSN creates a fresh database for the test, drops it when the test
+// ends, and returns a go-sql-driver DSN that selects it.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(ServerDSN())
+	if err != nil {
+		t.Fatalf("CLOCKD_TEST_MYSQL_DSN: %v", err)
+	}
+	cfg.DBName = ""
+	cfg.Timeout = 5 * time.Second
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatalf("open mysql: %v", err)
+	}
+	defer admin.Close()
+	if err := admin.Ping(); err != nil {
+		unavailable(t, "MySQL at "+cfg.Addr, err)
+	}
+	name := Name("clockd_test_")
+	if _, err := admin.Exec("CREATE DATABASE `" + name + "`"); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		db, err := sql.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		if _, err := db.Exec("DROP DATABASE IF EXISTS `" + name + "`"); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	cfg.DBName = name
+	return cfg.FormatDSN()
+}
+
+// DatabaseName returns the database a DSN selects.
+func DatabaseName(t testing.TB, dsn string) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(cfg.DBName)
+}
