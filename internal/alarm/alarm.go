@@ -148,7 +148,6 @@ type CreateResult struct {
 	Err     error // ErrConflict, ErrInvalid, ErrUnavailable, ...
 }
 
-
 // ListQuery selects clocks for listing, newest first.
 type ListQuery struct {
 	Application string

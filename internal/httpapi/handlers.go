@@ -245,4 +245,3 @@ func (a *api) clusterView(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, v)
 }
-
