@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,7 +17,34 @@ import (
 	"github.com/clockd/clockd/internal/config"
 	"github.com/clockd/clockd/internal/httpapi"
 	"github.com/clockd/clockd/internal/mysql"
+	"github.com/clockd/clockd/internal/preload"
+	"github.com/clockd/clockd/internal/rabbit"
+	"github.com/clockd/clockd/internal/ring"
 )
+
+// component is a goroutine with its own stop.
+type component struct {
+	name   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func start(log *slog.Logger, name string, run func(ctx context.Context) error) *component {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &component{name: name, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("component stopped", "component", name, "err", err)
+		}
+	}()
+	return c
+}
+
+func (c *component) stop() {
+	c.cancel()
+	<-c.done
+}
 
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
@@ -43,33 +71,194 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Shards: shards, Writers: cfg.MySQL.Writers, MaxBatchRows: cfg.MySQL.BatchRows, Logger: log, Registerer: reg,
 	})
 	defer store.Close()
+	registerStatusGauge(reg, store, log)
 
-	svc := alarm.NewService(store, nil, time.Now, alarm.Limits{MaxPayloadBytes: cfg.Clock.MaxPayloadBytes})
-	handler := httpapi.New(httpapi.Options{
-		Service: svc, Logger: log, Registerer: reg, Gatherer: reg,
-		MaxBodyBytes: int64(cfg.HTTP.MaxBodyBytes),
-		Ready:        []httpapi.Check{{Name: "mysql", Check: store.Ping}},
+	pub, err := rabbit.New(rabbit.Config{
+		URL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, ConfirmTimeout: cfg.AMQP.ConfirmTimeout,
+		Logger: log, Registerer: reg,
 	})
-
+	if err != nil {
+		return fmt.Errorf("amqp: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.HTTP.Addr, err)
 	}
+
+	queue := ring.NewQueue()
+	feeder := preload.New(preload.Config{
+		InstanceID: cfg.Cluster.InstanceID, HTTPAddr: ln.Addr().String(), Shards: shards,
+		Window: cfg.Preload.Window, Interval: cfg.Preload.Interval, Rescan: cfg.Preload.Rescan,
+		Batch: cfg.Preload.Batch, HeapCap: cfg.Preload.HeapCap,
+		LeaseTTL: cfg.Cluster.LeaseTTL, FiringTimeout: cfg.Ring.FiringTimeout,
+		Logger: log, Registerer: reg,
+	}, store, queue)
+	loop := ring.New(ring.Config{
+		ClaimAhead: cfg.Ring.ClaimAhead, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
+		Retry:       ring.Retry{Min: cfg.Ring.RetryMin, Max: cfg.Ring.RetryMax},
+		ResultLabel: publishResult,
+		Logger:      log, Registerer: reg,
+	}, queue, store, publisher{pub}, feeder)
+
+	svc := alarm.NewService(store, feeder, time.Now, alarm.Limits{MaxPayloadBytes: cfg.Clock.MaxPayloadBytes})
+	handler := httpapi.New(httpapi.Options{
+		Service: svc, Logger: log, Registerer: reg, Gatherer: reg,
+		MaxBodyBytes: int64(cfg.HTTP.MaxBodyBytes),
+		Ready: []httpapi.Check{
+			{Name: "mysql", Check: store.Ping},
+			{Name: "rabbitmq", Check: func(context.Context) error { return pub.Ready() }},
+			{Name: "shards", Check: func(context.Context) error { return feeder.Ready() }},
+		},
+		Cluster: func(ctx context.Context) (any, error) { return clusterView(ctx, store) },
+	})
+
+	publisherC := start(log, "publisher", pub.Run)
+	feederC := start(log, "preloader", feeder.Run)
+	loopC := start(log, "ring", loop.Run)
+
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("clockd serving", "addr", ln.Addr().String(), "instance", cfg.Cluster.InstanceID, "shards", shards)
 
+	var serveErr error
 	select {
 	case err := <-errc:
-		return fmt.Errorf("http server: %w", err)
+		serveErr = fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	// Producers first: no new requests, then no new claims (armed clocks go
+	// back to pending, rings in flight are confirmed and recorded), then the
+	// shards are handed over, then the broker connection and MySQL close.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("http shutdown", "err", err)
 	}
-	return nil
+	loopC.stop()
+	feederC.stop()
+	publisherC.stop()
+	log.Info("stopped")
+	return serveErr
+}
+
+// publisher adapts the RabbitMQ publisher to the ring loop.
+type publisher struct{ p *rabbit.Publisher }
+
+func (p publisher) Ready() error { return p.p.Ready() }
+
+func (p publisher) Publish(ctx context.Context, rings []ring.Ring) []error {
+	msgs := make([]rabbit.Message, len(rings))
+	for i, r := range rings {
+		c := r.Clock
+		msgs[i] = rabbit.Message{
+			ID: c.ID, Application: c.Application, BusinessID: c.BusinessID, RingAt: c.RingAt,
+			Attempt: r.Attempt, ContentType: c.ContentType, Body: []byte(c.Payload),
+		}
+	}
+	return p.p.PublishBatch(ctx, msgs)
+}
+
+// registerStatusGauge exports clocks per status, counted at most every
+// 30 s in the background so that a scrape never scans the table.
+func registerStatusGauge(reg prometheus.Registerer, store *mysql.Store, log *slog.Logger) {
+	var mu sync.Mutex
+	var counts map[alarm.Status]int64
+	var last time.Time
+	refreshing := false
+	refresh := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := store.StatusCounts(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		refreshing = false
+		if err != nil {
+			log.Debug("status counts", "err", err)
+			return
+		}
+		counts, last = c, time.Now()
+	}
+	for _, st := range []alarm.Status{alarm.StatusPending, alarm.StatusFiring, alarm.StatusRung, alarm.StatusCancelled, alarm.StatusExpired, alarm.StatusDead} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "clockd_clocks", Help: "Clocks in the table per status (refreshed at most every 30 s).",
+			ConstLabels: prometheus.Labels{"status": string(st)},
+		}, func() float64 {
+			mu.Lock()
+			defer mu.Unlock()
+			if time.Since(last) > 30*time.Second && !refreshing {
+				refreshing = true
+				go refresh()
+			}
+			return float64(counts[st])
+		}))
+	}
+}
+
+// clusterView is GET /v1/cluster: who holds which shard, until when.
+func clusterView(ctx context.Context, store *mysql.Store) (any, error) {
+	inst, shards, now, err := store.Cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type shardJSON struct {
+		Shard      int    `json:"shard"`
+		Epoch      int64  `json:"epoch"`
+		LeaseUntil string `json:"lease_until"`
+	}
+	type instJSON struct {
+		InstanceID string      `json:"instance_id"`
+		HTTPAddr   string      `json:"http_addr"`
+		StartedAt  string      `json:"started_at"`
+		ExpiresAt  string      `json:"expires_at"`
+		Live       bool        `json:"live"`
+		Shards     []shardJSON `json:"shards"`
+	}
+	byOwner := map[string][]shardJSON{}
+	var free []int
+	for _, s := range shards {
+		if s.Owner == "" || s.LeaseUntil <= now.UnixMilli() {
+			free = append(free, s.Shard)
+			continue
+		}
+		byOwner[s.Owner] = append(byOwner[s.Owner], shardJSON{s.Shard, s.Epoch, fmtMS(s.LeaseUntil)})
+	}
+	out := struct {
+		Now        string     `json:"now"`
+		ShardCount int        `json:"shard_count"`
+		Instances  []instJSON `json:"instances"`
+		Unowned    []int      `json:"unowned_shards"`
+	}{Now: now.Format(httpapi.TimeFormat), ShardCount: len(shards), Instances: []instJSON{}, Unowned: free}
+	if out.Unowned == nil {
+		out.Unowned = []int{}
+	}
+	for _, i := range inst {
+		ss := byOwner[i.InstanceID]
+		if ss == nil {
+			ss = []shardJSON{}
+		}
+		out.Instances = append(out.Instances, instJSON{
+			InstanceID: i.InstanceID, HTTPAddr: i.HTTPAddr, StartedAt: fmtMS(i.StartedAt), ExpiresAt: fmtMS(i.ExpiresAt),
+			Live: i.ExpiresAt > now.UnixMilli(), Shards: ss,
+		})
+	}
+	return out, nil
+}
+
+func fmtMS(v int64) string { return time.UnixMilli(v).UTC().Format(httpapi.TimeFormat) }
+
+// publishResult names a publish error for the rings metric.
+func publishResult(err error) string {
+	switch {
+	case errors.Is(err, rabbit.ErrUnroutable):
+		return "unroutable"
+	case errors.Is(err, rabbit.ErrNacked):
+		return "nacked"
+	case errors.Is(err, rabbit.ErrTimeout):
+		return "timeout"
+	case errors.Is(err, rabbit.ErrUnavailable):
+		return "unavailable"
+	}
+	return "error"
 }

@@ -180,3 +180,25 @@ type Scheduler interface {
 	Scheduled(clocks []Clock) // pending clocks, new or moved
 	Unscheduled(ids []int64)  // clocks no longer pending
 }
+
+// Due is a pending clock's place in time, as the preloader loads it.
+type Due struct {
+	ID    int64
+	Shard int
+	At    time.Time
+}
+
+// Lease is an instance's hold on a shard; Epoch is its fencing token.
+type Lease struct {
+	Shard int
+	Epoch int64
+	Until time.Time // by the database clock
+}
+
+// Outcome is what became of one failed ring attempt.
+type Outcome struct {
+	ID        int64
+	Status    Status    // pending (retry), expired or dead
+	NextTryAt time.Time // for pending
+	Error     string
+}

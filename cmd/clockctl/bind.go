@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+const (
+	defaultAMQPURL  = "amqp://guest:guest@127.0.0.1:5672/"
+	defaultExchange = "clock.ring"
+)
+
+// validApplication reports whether s is an application name of the SPEC:
+// 1-64 characters of [A-Za-z0-9._-].
+func validApplication(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '.', r == '_', r == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// bindOptions says what bind declares.
+type bindOptions struct {
+	url      string
+	exchange string
+	queue    string
+	app      string
+	quorum   bool
+	timeout  time.Duration
+}
+
+func bindCommand() command {
+	return command{
+		name:    "bind",
+		summary: "declare an application's queue and bind it to the ring exchange",
+		help: `
+Usage: clockctl bind -app APP [-queue NAME] [-amqp URL] [-exchange NAME] [-quorum]
+
+Prepares RabbitMQ so that the rings of APP reach a queue: declares the ring
+exchange (direct, durable: the same as clockd declares it), declares a durable
+queue (classic, or quorum with -quorum) and binds it to the exchange with APP
+as the binding key. Everything is idempotent; running it again changes
+nothing. A queue that already exists with other arguments (another queue
+type, for instance) is refused by the broker and left as it is.
+Only -timeout of the global flags applies; -addr is not used.
+
+Examples:
+  clockctl bind -app order
+  clockctl bind -app order -queue order.rings -quorum
+  clockctl bind -app member -amqp amqp://user:pass@rabbit:5672/vhost
+`,
+		setup: func(c *cli, fs *flag.FlagSet) runFunc {
+			o := bindOptions{}
+			fs.StringVar(&o.app, "app", "", "the `application` whose rings the queue receives (required)")
+			fs.StringVar(&o.queue, "queue", "", "queue `name` (default: the application)")
+			fs.StringVar(&o.url, "amqp", "", "RabbitMQ `URL` (default $CLOCKD_AMQP_URL, else "+defaultAMQPURL+")")
+			fs.StringVar(&o.exchange, "exchange", "", "ring exchange `name` (default $CLOCKD_EXCHANGE, else "+defaultExchange+")")
+			fs.BoolVar(&o.quorum, "quorum", false, "declare a quorum queue instead of a classic one")
+			return func(ctx context.Context, pos []string) error {
+				if len(pos) > 0 {
+					return usagef("unexpected argument %q", pos[0])
+				}
+				if o.app == "" {
+					return usagef("-app is required")
+				}
+				if !validApplication(o.app) {
+					return usagef("-app %q: an application is 1-64 characters of A-Z a-z 0-9 . _ -", o.app)
+				}
+				if o.queue == "" {
+					o.queue = o.app
+				}
+				set := setFlags(fs)
+				if !set["amqp"] {
+					o.url = orDefault(c.getenv("CLOCKD_AMQP_URL"), defaultAMQPURL)
+				}
+				if !set["exchange"] {
+					o.exchange = orDefault(c.getenv("CLOCKD_EXCHANGE"), defaultExchange)
+				}
+				if o.url == "" {
+					return usagef("-amqp is empty")
+				}
+				if o.exchange == "" {
+					return usagef("-exchange is empty")
+				}
+				o.timeout = c.timeout
+				return bind(ctx, o, c.stdout)
+			}
+		},
+	}
+}
+
+// redactURL hides the password of an AMQP URL.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// bind declares the exchange and the queue and binds them, printing each
+// step to w.
+func bind(ctx context.Context, o bindOptions, w io.Writer) error {
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
+	dialTimeout := o.timeout
+	if dialTimeout <= 0 {
+		dialTimeout = 30 * time.Second
+	}
+	where := redactURL(o.url)
+	conn, err := amqp.DialConfig(o.url, amqp.Config{
+		Dial:       amqp.DefaultDial(dialTimeout),
+		Properties: amqp.Table{"connection_name": "clockctl bind"},
+	})
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", where, err)
+	}
+	defer conn.Close()
+	// Closing the connection makes a call that waits for the broker return.
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	fail := func(what string, err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		}
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+			return fmt.Errorf("%s: it exists with other arguments, left unchanged: %w", what, err)
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
+
+	ch, err := conn.Channel()
+	if err != nil {
+		return fail("open channel", err)
+	}
+	fmt.Fprintf(w, "connected to %s\n", where)
+
+	if err := ch.ExchangeDeclare(o.exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		return fail(fmt.Sprintf("declare exchange %q", o.exchange), err)
+	}
+	fmt.Fprintf(w, "exchange %q: declared (direct, durable)\n", o.exchange)
+
+	queueType := amqp.QueueTypeClassic
+	if o.quorum {
+		queueType = amqp.QueueTypeQuorum
+	}
+	q, err := ch.QueueDeclare(o.queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: queueType})
+	if err != nil {
+		return fail(fmt.Sprintf("declare queue %q", o.queue), err)
+	}
+	fmt.Fprintf(w, "queue %q: declared (durable, %s), %d messages, %d consumers\n", q.Name, queueType, q.Messages, q.Consumers)
+
+	if err := ch.QueueBind(q.Name, o.app, o.exchange, false, nil); err != nil {
+		return fail(fmt.Sprintf("bind queue %q to exchange %q", q.Name, o.exchange), err)
+	}
+	fmt.Fprintf(w, "queue %q: bound to exchange %q with binding key %q\n", q.Name, o.exchange, o.app)
+
+	if err := ch.Close(); err != nil {
+		return fail("close channel", err)
+	}
+	return nil
+}

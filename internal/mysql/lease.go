@@ -1,0 +1,131 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+// Shard leases and instance heartbeats. Expiry is judged by the database
+// clock (dbNowMS) so that instances need not agree on the time.
+
+// Heartbeat records that the instance is alive until now+ttl.
+func (s *Store) Heartbeat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO clock_instance (instance_id, http_addr, started_at, expires_at)
+		VALUES (?, ?, ?, `+dbNowMS+` + ?)
+		ON DUPLICATE KEY UPDATE http_addr = VALUES(http_addr), started_at = VALUES(started_at), expires_at = VALUES(expires_at)`,
+		instanceID, httpAddr, ms(started), ttl.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", mapErr(err))
+	}
+	return nil
+}
+
+// LiveInstances lists the instances whose heartbeat has not expired, sorted.
+func (s *Store) LiveInstances(ctx context.Context) ([]string, error) {
+	var ids []string
+	if err := s.db.SelectContext(ctx, &ids,
+		"SELECT instance_id FROM clock_instance WHERE expires_at > "+dbNowMS+" ORDER BY instance_id"); err != nil {
+		return nil, fmt.Errorf("live instances: %w", mapErr(err))
+	}
+	return ids, nil
+}
+
+// Leave removes the instance's heartbeat and forgets instances long gone.
+func (s *Store) Leave(ctx context.Context, instanceID string) error {
+	if _, err := s.db.ExecContext(ctx, "DELETE FROM clock_instance WHERE instance_id = ? OR expires_at < "+dbNowMS+" - 86400000", instanceID); err != nil {
+		return fmt.Errorf("leave: %w", mapErr(err))
+	}
+	return nil
+}
+
+type leaseRow struct {
+	Shard int   `db:"shard"`
+	Epoch int64 `db:"epoch"`
+	Until int64 `db:"lease_until"`
+}
+
+// RenewLeases extends every lease the owner holds and returns them.
+func (s *Store) RenewLeases(ctx context.Context, owner string, ttl time.Duration) ([]alarm.Lease, error) {
+	if _, err := s.db.ExecContext(ctx, "UPDATE clock_shard SET lease_until = "+dbNowMS+" + ?, update_time = "+dbNowMS+" WHERE owner = ?",
+		ttl.Milliseconds(), owner); err != nil {
+		return nil, fmt.Errorf("renew leases: %w", mapErr(err))
+	}
+	return s.leasesOf(ctx, owner)
+}
+
+func (s *Store) leasesOf(ctx context.Context, owner string) ([]alarm.Lease, error) {
+	var rows []leaseRow
+	if err := s.db.SelectContext(ctx, &rows, "SELECT shard, epoch, lease_until FROM clock_shard WHERE owner = ? ORDER BY shard", owner); err != nil {
+		return nil, fmt.Errorf("read leases: %w", mapErr(err))
+	}
+	out := make([]alarm.Lease, len(rows))
+	for i, r := range rows {
+		out[i] = alarm.Lease{Shard: r.Shard, Epoch: r.Epoch, Until: fromMS(r.Until)}
+	}
+	return out, nil
+}
+
+// AcquireLeases takes up to n free or expired shards for the owner, each
+// with a new epoch, and returns all leases the owner now holds.
+func (s *Store) AcquireLeases(ctx context.Context, owner string, n int, ttl time.Duration) ([]alarm.Lease, error) {
+	if n > 0 {
+		if _, err := s.db.ExecContext(ctx, `UPDATE clock_shard SET owner = ?, epoch = epoch + 1, lease_until = `+dbNowMS+` + ?, update_time = `+dbNowMS+`
+			WHERE owner IS NULL OR lease_until < `+dbNowMS+` ORDER BY shard LIMIT ?`, owner, ttl.Milliseconds(), n); err != nil {
+			return nil, fmt.Errorf("acquire leases: %w", mapErr(err))
+		}
+	}
+	return s.leasesOf(ctx, owner)
+}
+
+// ReleaseLeases gives shards up so that another instance can take them at
+// once.
+func (s *Store) ReleaseLeases(ctx context.Context, owner string, shards []int) error {
+	if len(shards) == 0 {
+		return nil
+	}
+	args := []any{owner}
+	for _, sh := range shards {
+		args = append(args, sh)
+	}
+	if _, err := s.db.ExecContext(ctx, "UPDATE clock_shard SET owner = NULL, lease_until = 0, update_time = "+dbNowMS+
+		" WHERE owner = ? AND shard IN ("+placeholders(len(shards))+")", args...); err != nil {
+		return fmt.Errorf("release leases: %w", mapErr(err))
+	}
+	return nil
+}
+
+// ClusterShard is one row of the cluster view.
+type ClusterShard struct {
+	Shard      int    `db:"shard" json:"shard"`
+	Owner      string `db:"owner" json:"owner"`
+	Epoch      int64  `db:"epoch" json:"epoch"`
+	LeaseUntil int64  `db:"lease_until" json:"-"`
+}
+
+// ClusterInstance is one instance of the cluster view.
+type ClusterInstance struct {
+	InstanceID string `db:"instance_id" json:"instance_id"`
+	HTTPAddr   string `db:"http_addr" json:"http_addr"`
+	StartedAt  int64  `db:"started_at" json:"-"`
+	ExpiresAt  int64  `db:"expires_at" json:"-"`
+}
+
+// Cluster reads the instances, the shard leases and the database clock.
+func (s *Store) Cluster(ctx context.Context) ([]ClusterInstance, []ClusterShard, time.Time, error) {
+	var inst []ClusterInstance
+	var shards []ClusterShard
+	var now int64
+	if err := s.db.GetContext(ctx, &now, "SELECT "+dbNowMS); err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("cluster: %w", mapErr(err))
+	}
+	if err := s.db.SelectContext(ctx, &inst, "SELECT instance_id, http_addr, started_at, expires_at FROM clock_instance ORDER BY instance_id"); err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("cluster instances: %w", mapErr(err))
+	}
+	if err := s.db.SelectContext(ctx, &shards, "SELECT shard, COALESCE(owner, '') AS owner, epoch, lease_until FROM clock_shard ORDER BY shard"); err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("cluster shards: %w", mapErr(err))
+	}
+	return inst, shards, fromMS(now), nil
+}

@@ -1,0 +1,198 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+// The queries of the preloader and the ring loop. Each carries many clocks
+// per round trip.
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+func idArgs(ids []int64) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return args
+}
+
+// LoadDue returns up to limit pending clocks of a shard with next_try_time in
+// (after, until], ordered by (next_try_time, id) after the cursor. It reads
+// the index only and writes nothing.
+func (s *Store) LoadDue(ctx context.Context, shard int, afterAt time.Time, afterID int64, until time.Time, limit int) ([]alarm.Due, error) {
+	var rows []struct {
+		ID   int64 `db:"id"`
+		Next int64 `db:"next_try_time"`
+	}
+	a, u := ms(afterAt), ms(until)
+	err := s.db.SelectContext(ctx, &rows, `SELECT id, next_try_time FROM clock
+		WHERE shard = ? AND status = 'pending' AND next_try_time <= ?
+		  AND (next_try_time > ? OR (next_try_time = ? AND id > ?))
+		ORDER BY next_try_time, id LIMIT ?`, shard, u, a, a, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("load shard %d: %w", shard, mapErr(err))
+	}
+	out := make([]alarm.Due, len(rows))
+	for i, r := range rows {
+		out[i] = alarm.Due{ID: r.ID, Shard: shard, At: fromMS(r.Next)}
+	}
+	return out, nil
+}
+
+// Claim moves the given clocks from pending to firing, but only in shards
+// that owner still holds with the given epochs (fencing), and returns the
+// clocks it claimed. Clocks cancelled or changed meanwhile are not claimed.
+func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, ids []int64, token int64, until, now time.Time) ([]alarm.Clock, error) {
+	if len(ids) == 0 || len(leases) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	args := make([]any, 0, 4+2*len(leases)+len(ids))
+	b.WriteString(`UPDATE clock c JOIN clock_shard s ON s.shard = c.shard
+		SET c.status = 'firing', c.claim_epoch = s.epoch, c.claim_token = ?, c.update_time = ?
+		WHERE c.status = 'pending' AND c.next_try_time <= ? AND s.owner = ? AND s.lease_until > ` + dbNowMS + ` AND (s.shard, s.epoch) IN (`)
+	args = append(args, token, ms(now), ms(until), owner)
+	for i, l := range leases {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?)")
+		args = append(args, l.Shard, l.Epoch)
+	}
+	b.WriteString(") AND c.id IN (" + placeholders(len(ids)) + ")")
+	args = append(args, idArgs(ids)...)
+	res, err := s.db.ExecContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim %d clocks: %w", len(ids), mapErr(err))
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil, nil
+	}
+	var rows []row
+	q := "SELECT " + clockCols + " FROM clock WHERE id IN (" + placeholders(len(ids)) + ") AND status = 'firing' AND claim_token = ?"
+	if err := s.db.SelectContext(ctx, &rows, q, append(idArgs(ids), token)...); err != nil {
+		return nil, fmt.Errorf("read claimed clocks: %w", mapErr(err))
+	}
+	out := make([]alarm.Clock, len(rows))
+	for i, r := range rows {
+		out[i] = r.clock()
+	}
+	return out, nil
+}
+
+// MarkRung records confirmed rings.
+func (s *Store) MarkRung(ctx context.Context, ids []int64, at time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	q := `UPDATE clock SET status = 'rung', rung_at = ?, attempts = attempts + 1, claim_token = NULL, update_time = ?
+		WHERE status = 'firing' AND id IN (` + placeholders(len(ids)) + ")"
+	if _, err := s.db.ExecContext(ctx, q, append([]any{ms(at), ms(at)}, idArgs(ids)...)...); err != nil {
+		return fmt.Errorf("mark %d clocks rung: %w", len(ids), mapErr(err))
+	}
+	return nil
+}
+
+// Fail records failed attempts: each clock goes back to pending with its
+// next try, or becomes expired or dead.
+func (s *Store) Fail(ctx context.Context, outs []alarm.Outcome, now time.Time) error {
+	if len(outs) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	args := make([]any, 0, 7*len(outs)+2)
+	b.WriteString("UPDATE clock SET status = CASE id")
+	for _, o := range outs {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, o.ID, string(o.Status))
+	}
+	b.WriteString(" END, next_try_time = CASE id")
+	for _, o := range outs {
+		b.WriteString(" WHEN ? THEN ?")
+		next := o.NextTryAt
+		if next.IsZero() {
+			next = now
+		}
+		args = append(args, o.ID, ms(next))
+	}
+	b.WriteString(" ELSE next_try_time END, last_error = CASE id")
+	for _, o := range outs {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, o.ID, alarm.TrimError(o.Error))
+	}
+	b.WriteString(" END, attempts = attempts + 1, claim_token = NULL, update_time = ? WHERE status = 'firing' AND id IN (")
+	args = append(args, ms(now))
+	ids := make([]int64, len(outs))
+	for i, o := range outs {
+		ids[i] = o.ID
+	}
+	b.WriteString(placeholders(len(ids)) + ")")
+	args = append(args, idArgs(ids)...)
+	if _, err := s.db.ExecContext(ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("record %d failed attempts: %w", len(outs), mapErr(err))
+	}
+	return nil
+}
+
+// Expire marks firing clocks expired without an attempt: their
+// latest_ring_at passed before they could be published.
+func (s *Store) Expire(ctx context.Context, ids []int64, now time.Time) error {
+	return s.setFiring(ctx, "expire", ids, "status = 'expired', last_error = 'latest_ring_at passed before it could ring'", now)
+}
+
+// Unclaim puts firing clocks back to pending untouched (no attempt was
+// made: the broker was unavailable or the lease was lost before publish).
+func (s *Store) Unclaim(ctx context.Context, ids []int64, now time.Time) error {
+	return s.setFiring(ctx, "unclaim", ids, "status = 'pending'", now)
+}
+
+func (s *Store) setFiring(ctx context.Context, verb string, ids []int64, set string, now time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	q := "UPDATE clock SET " + set + ", claim_token = NULL, update_time = ? WHERE status = 'firing' AND id IN (" + placeholders(len(ids)) + ")"
+	if _, err := s.db.ExecContext(ctx, q, append([]any{ms(now)}, idArgs(ids)...)...); err != nil {
+		return fmt.Errorf("%s %d clocks: %w", verb, len(ids), mapErr(err))
+	}
+	return nil
+}
+
+// RecoverFiring puts back to pending the firing clocks of a shard that were
+// claimed under an older epoch (a previous owner that died mid-flight) or
+// whose claim is older than staleBefore. It returns how many it recovered.
+func (s *Store) RecoverFiring(ctx context.Context, shard int, epoch int64, staleBefore time.Time, now time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE clock SET status = 'pending', claim_token = NULL, update_time = ?
+		WHERE shard = ? AND status = 'firing' AND (claim_epoch IS NULL OR claim_epoch < ? OR update_time < ?)`,
+		ms(now), shard, epoch, ms(staleBefore))
+	if err != nil {
+		return 0, fmt.Errorf("recover firing clocks of shard %d: %w", shard, mapErr(err))
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+// StatusCounts counts clocks per status from the (shard, status, ...) index
+// ranges; cheap enough for a metrics scrape every few seconds on big tables?
+// Not for ten million rows: callers cache it.
+func (s *Store) StatusCounts(ctx context.Context) (map[alarm.Status]int64, error) {
+	var rows []struct {
+		Status string `db:"status"`
+		N      int64  `db:"n"`
+	}
+	if err := s.db.SelectContext(ctx, &rows, "SELECT status, COUNT(*) AS n FROM clock GROUP BY status"); err != nil {
+		return nil, fmt.Errorf("count clocks: %w", mapErr(err))
+	}
+	out := map[alarm.Status]int64{}
+	for _, r := range rows {
+		out[alarm.Status(r.Status)] = r.N
+	}
+	return out, nil
+}

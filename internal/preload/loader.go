@@ -1,0 +1,208 @@
+package preload
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/ring"
+)
+
+// loader fills the queue with one shard's clocks.
+//
+// Two ranges, two cursors: the backlog (clocks already due when the shard
+// was acquired, next_try_time <= boundary) and the live range (boundary,
+// now+window]. Everything up to a cursor is in memory or being rung; the
+// cursors only move forward between full rescans, so loading never
+// rewrites rows (no index churn) and never reads the same rows twice.
+type loader struct {
+	m        *Manager
+	shard    int
+	epoch    int64
+	boundary time.Time
+
+	mu         sync.Mutex
+	validUntil time.Time // local monotonic reckoning of the lease
+	liveAt     time.Time
+	liveID     int64
+	backAt     time.Time
+	backID     int64
+	backDone   bool
+	lastFull   time.Time
+
+	capped atomic.Bool // a class hit its quota on the last pass
+	wake   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (l *loader) setValid(t time.Time) {
+	l.mu.Lock()
+	l.validUntil = t
+	l.mu.Unlock()
+}
+
+func (l *loader) invalidate() { l.setValid(time.Time{}) }
+
+func (l *loader) valid(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return now.Before(l.validUntil)
+}
+
+// reset starts a full rescan of both ranges.
+func (l *loader) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.liveAt, l.liveID = l.boundary, math.MaxInt64
+	l.backAt, l.backID = time.UnixMilli(math.MinInt64/2), 0
+	l.backDone = false
+	l.lastFull = time.Now()
+}
+
+func (l *loader) run(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-l.wake:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+		if time.Since(l.lastFullTime()) >= l.m.cfg.Rescan {
+			l.recoverStale(ctx)
+			l.reset()
+		}
+		if err := l.load(ctx); err != nil {
+			failures++
+			if ctx.Err() == nil && (failures == 1 || failures%30 == 0) {
+				l.m.log.Warn("loading shard failed", "shard", l.shard, "err", err, "failures", failures)
+			}
+		} else {
+			failures = 0
+		}
+		t.Reset(l.m.cfg.Interval)
+	}
+}
+
+func (l *loader) lastFullTime() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastFull
+}
+
+// recoverStale puts back clocks left firing too long (the safety net for a
+// claim that was never published nor recorded).
+func (l *loader) recoverStale(ctx context.Context) {
+	now := l.m.now()
+	n, err := l.m.store.RecoverFiring(ctx, l.shard, l.epoch, now.Add(-l.m.cfg.FiringTimeout), now)
+	if err != nil {
+		return
+	}
+	if n > 0 {
+		l.m.log.Warn("recovered clocks stuck firing", "shard", l.shard, "clocks", n)
+	}
+}
+
+func (l *loader) load(ctx context.Context) error {
+	quota := l.m.quota()
+	capped := false
+	// backlog: overdue when the shard was acquired
+	for {
+		l.mu.Lock()
+		done, at, id := l.backDone, l.backAt, l.backID
+		l.mu.Unlock()
+		if done {
+			break
+		}
+		room := quota - l.m.q.Count(l.shard, ring.Backlog)
+		if room <= 0 {
+			capped = true
+			break
+		}
+		limit := min(room, l.m.cfg.Batch)
+		rows, err := l.m.store.LoadDue(ctx, l.shard, at, id, l.boundary, limit)
+		if err != nil {
+			return err
+		}
+		l.m.q.Add(ring.Backlog, rows...)
+		l.mu.Lock()
+		if len(rows) > 0 {
+			last := rows[len(rows)-1]
+			l.backAt, l.backID = last.At, last.ID
+		}
+		if len(rows) < limit {
+			l.backDone = true
+		}
+		l.mu.Unlock()
+	}
+	// live: up to now + window
+	until := l.m.now().Add(l.m.cfg.Window).Truncate(time.Millisecond)
+	for {
+		room := quota - l.m.q.Count(l.shard, ring.Live)
+		if room <= 0 {
+			capped = true
+			break
+		}
+		limit := min(room, l.m.cfg.Batch)
+		l.mu.Lock()
+		at, id := l.liveAt, l.liveID
+		l.mu.Unlock()
+		if !at.Before(until) && id == math.MaxInt64 {
+			break
+		}
+		rows, err := l.m.store.LoadDue(ctx, l.shard, at, id, until, limit)
+		if err != nil {
+			return err
+		}
+		l.m.q.Add(ring.Live, rows...)
+		l.mu.Lock()
+		if len(rows) < limit {
+			// everything up to until is loaded
+			if until.After(l.liveAt) || (until.Equal(l.liveAt) && l.liveID != math.MaxInt64) {
+				l.liveAt, l.liveID = until, math.MaxInt64
+			}
+		} else {
+			last := rows[len(rows)-1]
+			l.liveAt, l.liveID = last.At, last.ID
+		}
+		short := len(rows) < limit
+		l.mu.Unlock()
+		if short {
+			break
+		}
+	}
+	l.capped.Store(capped)
+	return nil
+}
+
+// offer takes a clock created or moved while this shard is owned. Inside
+// the window it goes into memory at once; when the shard is at its quota,
+// the live cursor is moved back so that the loader reads it in turn.
+func (l *loader) offer(d alarm.Due) {
+	now := l.m.now()
+	if d.At.After(now.Add(l.m.cfg.Window)) {
+		return // the loader finds it when its time nears
+	}
+	if l.m.q.Count(l.shard, ring.Live) < l.m.quota() {
+		l.m.q.Add(ring.Live, d)
+		return
+	}
+	l.mu.Lock()
+	if d.At.Before(l.liveAt) || (d.At.Equal(l.liveAt) && d.ID <= l.liveID) {
+		l.liveAt, l.liveID = d.At, d.ID-1
+	}
+	l.mu.Unlock()
+	l.capped.Store(true)
+}

@@ -1,0 +1,550 @@
+package ring
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+// Store is what the ring loop needs of MySQL.
+type Store interface {
+	Claim(ctx context.Context, owner string, leases []alarm.Lease, ids []int64, token int64, until, now time.Time) ([]alarm.Clock, error)
+	MarkRung(ctx context.Context, ids []int64, at time.Time) error
+	Fail(ctx context.Context, outs []alarm.Outcome, now time.Time) error
+	Expire(ctx context.Context, ids []int64, now time.Time) error
+	Unclaim(ctx context.Context, ids []int64, now time.Time) error
+}
+
+// Ring is one message to publish: a claimed clock and its attempt number.
+type Ring struct {
+	Clock   alarm.Clock
+	Attempt int
+}
+
+// Publisher publishes rings with confirms: nil per ring means confirmed.
+type Publisher interface {
+	Publish(ctx context.Context, rings []Ring) []error
+	Ready() error
+}
+
+// Feeder owns the shards: it tells their leases and takes clocks back.
+type Feeder interface {
+	Owner() string
+	Leases(shards []int) []alarm.Lease
+	Valid(shard int, epoch int64) bool
+	Offer(d alarm.Due)
+	Drained(shards []int)
+}
+
+// Config tunes the loop.
+type Config struct {
+	ClaimAhead  time.Duration // claim this long before the deadline
+	ClaimBatch  int
+	MaxInFlight int // claimed but not yet finished
+	Publishers  int // concurrent publish batches
+	Retry       Retry
+	ResultLabel func(error) string // names a publish error in metrics
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
+	Now         func() time.Time
+}
+
+// Loop claims due clocks, publishes them at their time and records the
+// outcome.
+type Loop struct {
+	cfg   Config
+	q     *Queue
+	store Store
+	pub   Publisher
+	feed  Feeder
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu       sync.Mutex
+	armed    minHeap           // claimed clocks waiting for their deadline
+	clocks   map[int64]claimed // armed clocks by id
+	inFlight int
+	slots    chan struct{} // signalled when in-flight drops
+	armWake  chan struct{}
+
+	doneMu  sync.Mutex
+	done    results
+	doneSig chan struct{}
+
+	sem chan struct{} // publish concurrency
+
+	m metrics
+}
+
+// claimed is a clock this loop claimed, with the lease epoch of the claim.
+type claimed struct {
+	alarm.Clock
+	epoch int64
+}
+
+type results struct {
+	rung    []int64
+	rungAt  time.Time
+	failed  []alarm.Outcome
+	failCls []alarm.Clock
+	expired []int64
+	unclaim []alarm.Clock
+}
+
+func (r *results) empty() bool {
+	return len(r.rung)+len(r.failed)+len(r.expired)+len(r.unclaim) == 0
+}
+
+type metrics struct {
+	rings    *prometheus.CounterVec
+	lateness prometheus.Histogram
+	claims   prometheus.Histogram
+	inFlight prometheus.GaugeFunc
+}
+
+// New returns a loop; Run starts it.
+func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
+	if cfg.ClaimBatch <= 0 {
+		cfg.ClaimBatch = 500
+	}
+	if cfg.MaxInFlight < cfg.ClaimBatch {
+		cfg.MaxInFlight = 40 * cfg.ClaimBatch
+	}
+	if cfg.Publishers <= 0 {
+		cfg.Publishers = 8
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ResultLabel == nil {
+		cfg.ResultLabel = func(error) string { return "error" }
+	}
+	l := &Loop{
+		cfg: cfg, q: q, store: store, pub: pub, feed: feed, log: cfg.Logger, now: cfg.Now,
+		clocks:  map[int64]claimed{},
+		slots:   make(chan struct{}, 1),
+		armWake: make(chan struct{}, 1),
+		doneSig: make(chan struct{}, 1),
+		sem:     make(chan struct{}, cfg.Publishers),
+	}
+	l.m.rings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clockd_rings_total", Help: "Ring attempts by result (rung, unroutable, nacked, timeout, unavailable, error) and clocks expired or dead.",
+	}, []string{"result"})
+	l.m.lateness = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "clockd_ring_lateness_seconds", Help: "Broker confirm time minus ring_at, for first attempts.",
+		Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	})
+	l.m.claims = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "clockd_claim_batch_clocks", Help: "Clocks claimed per claim round trip.",
+		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+	})
+	l.m.inFlight = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "clockd_ring_in_flight", Help: "Clocks claimed (firing) and not yet recorded as rung or failed.",
+	}, func() float64 { l.mu.Lock(); defer l.mu.Unlock(); return float64(l.inFlight) })
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(l.m.rings, l.m.lateness, l.m.claims, l.m.inFlight)
+	}
+	return l
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the loop until ctx is done, then hands back what it holds:
+// armed clocks go back to pending, rings in flight finish and are recorded.
+func (l *Loop) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	recCtx, stopRecorder := context.WithCancel(context.Background())
+	wg.Add(1)
+	go func() { defer wg.Done(); l.recorder(recCtx) }()
+	var workers sync.WaitGroup
+	workers.Add(2)
+	go func() { defer workers.Done(); l.claimer(ctx) }()
+	go func() { defer workers.Done(); l.firer(ctx) }()
+	workers.Wait()
+	// publishers still running finish and report
+	for i := 0; i < cap(l.sem); i++ {
+		l.sem <- struct{}{}
+	}
+	l.mu.Lock()
+	var back []alarm.Clock
+	for _, e := range l.armed {
+		back = append(back, l.clocks[e.due.ID].Clock)
+	}
+	l.armed = nil
+	l.mu.Unlock()
+	l.report(func(r *results) { r.unclaim = append(r.unclaim, back...) })
+	l.drainRecorder(recCtx)
+	stopRecorder()
+	wg.Wait()
+	return nil
+}
+
+// drainRecorder waits until everything reported is recorded (bounded).
+func (l *Loop) drainRecorder(ctx context.Context) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		l.mu.Lock()
+		n := l.inFlight
+		l.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	l.log.Warn("shutdown left clocks firing; the next owner of their shards recovers them")
+}
+
+func (l *Loop) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// claimer moves due clocks from the queue to the armed set, claiming them
+// in MySQL a little ahead of their deadline.
+func (l *Loop) claimer(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	failures := 0
+	for ctx.Err() == nil {
+		// back-pressure: bounded in-flight
+		l.mu.Lock()
+		full := l.inFlight+l.cfg.ClaimBatch > l.cfg.MaxInFlight
+		l.mu.Unlock()
+		if full {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.slots:
+			}
+			continue
+		}
+		if err := l.pub.Ready(); err != nil {
+			// no broker: leave clocks pending rather than claim what cannot ring
+			if !l.sleep(ctx, 50*time.Millisecond) {
+				return
+			}
+			continue
+		}
+		now := l.now()
+		at, ok := l.q.Earliest()
+		if !ok || at.After(now.Add(l.cfg.ClaimAhead)) {
+			wait := time.Hour
+			if ok {
+				wait = at.Sub(now) - l.cfg.ClaimAhead
+			}
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			case <-l.q.Wake():
+				if !timer.Stop() {
+					select {
+					case <-timer.C:
+					default:
+					}
+				}
+			}
+			continue
+		}
+		dues := l.q.PopDue(now.Add(l.cfg.ClaimAhead), l.cfg.ClaimBatch)
+		if len(dues) == 0 {
+			continue
+		}
+		if err := l.claim(ctx, dues, now); err != nil {
+			failures++
+			for _, d := range dues {
+				l.feed.Offer(d)
+			}
+			if failures == 1 || failures%100 == 0 {
+				l.log.Warn("claim failed; ringing paused until MySQL answers", "clocks", len(dues), "err", err, "failures", failures)
+			}
+			if !l.sleep(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)) {
+				return
+			}
+			continue
+		}
+		if failures > 0 {
+			l.log.Info("claims work again", "after_failures", failures)
+			failures = 0
+		}
+	}
+}
+
+func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error {
+	ids := make([]int64, len(dues))
+	shardSet := map[int]bool{}
+	for i, d := range dues {
+		ids[i] = d.ID
+		shardSet[d.Shard] = true
+	}
+	shards := make([]int, 0, len(shardSet))
+	for s := range shardSet {
+		shards = append(shards, s)
+	}
+	sort.Ints(shards)
+	leases := l.feed.Leases(shards)
+	if len(leases) == 0 {
+		return nil // shards lost meanwhile: their new owner loads them
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got, err := l.store.Claim(cctx, l.feed.Owner(), leases, ids, rand.Int64(), now.Add(l.cfg.ClaimAhead), now)
+	if err != nil {
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	l.feed.Drained(shards)
+	l.m.claims.Observe(float64(len(got)))
+	if len(got) == 0 {
+		return nil
+	}
+	epochs := make(map[int]int64, len(leases))
+	for _, ls := range leases {
+		epochs[ls.Shard] = ls.Epoch
+	}
+	l.mu.Lock()
+	for _, c := range got {
+		l.clocks[c.ID] = claimed{Clock: c, epoch: epochs[c.Shard]}
+		heap.Push(&l.armed, &entry{due: alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt}})
+	}
+	l.inFlight += len(got)
+	l.mu.Unlock()
+	signal(l.armWake)
+	return nil
+}
+
+// firer publishes armed clocks when their deadline comes: one timer for the
+// earliest, never a fixed poll.
+func (l *Loop) firer(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := l.now()
+		l.mu.Lock()
+		var batch []claimed
+		for len(l.armed) > 0 && len(batch) < l.cfg.ClaimBatch && !l.armed[0].due.At.After(now) {
+			e := heap.Pop(&l.armed).(*entry)
+			batch = append(batch, l.clocks[e.due.ID])
+			delete(l.clocks, e.due.ID)
+		}
+		wait := time.Hour
+		if len(l.armed) > 0 {
+			wait = l.armed[0].due.At.Sub(now)
+		}
+		l.mu.Unlock()
+		if len(batch) > 0 {
+			l.fire(ctx, batch, now)
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-l.armWake:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// fire publishes one batch of due clocks in its own goroutine (bounded by
+// the publisher slots) so that the next deadline is not held up by confirms.
+func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
+	var rings []Ring
+	var expired []int64
+	var unclaim []alarm.Clock
+	for _, c := range batch {
+		switch {
+		case !c.LatestRingAt.IsZero() && now.After(c.LatestRingAt):
+			expired = append(expired, c.ID)
+		case !l.feed.Valid(c.Shard, c.epoch):
+			unclaim = append(unclaim, c.Clock)
+		default:
+			rings = append(rings, Ring{Clock: c.Clock, Attempt: c.Attempts + 1})
+		}
+	}
+	if len(expired)+len(unclaim) > 0 {
+		l.m.rings.WithLabelValues("expired").Add(float64(len(expired)))
+		l.report(func(r *results) {
+			r.expired = append(r.expired, expired...)
+			r.unclaim = append(r.unclaim, unclaim...)
+		})
+	}
+	if len(rings) == 0 {
+		return
+	}
+	select {
+	case l.sem <- struct{}{}:
+	case <-ctx.Done():
+		l.report(func(r *results) {
+			for _, rg := range rings {
+				r.unclaim = append(r.unclaim, rg.Clock)
+			}
+		})
+		return
+	}
+	go func() {
+		defer func() { <-l.sem }()
+		errs := l.pub.Publish(context.WithoutCancel(ctx), rings)
+		at := l.now()
+		var rung []int64
+		var failed []alarm.Outcome
+		var failedClocks []alarm.Clock
+		for i, err := range errs {
+			c := rings[i].Clock
+			if err == nil {
+				rung = append(rung, c.ID)
+				if rings[i].Attempt == 1 {
+					l.m.lateness.Observe(at.Sub(c.RingAt).Seconds())
+				}
+				continue
+			}
+			l.m.rings.WithLabelValues(l.cfg.ResultLabel(err)).Inc()
+			o := l.cfg.Retry.Outcome(c, at, err)
+			if o.Status != alarm.StatusPending {
+				l.m.rings.WithLabelValues(string(o.Status)).Inc()
+			}
+			failed = append(failed, o)
+			failedClocks = append(failedClocks, c)
+		}
+		l.m.rings.WithLabelValues("rung").Add(float64(len(rung)))
+		l.report(func(r *results) {
+			r.rung = append(r.rung, rung...)
+			r.rungAt = at
+			r.failed = append(r.failed, failed...)
+			r.failCls = append(r.failCls, failedClocks...)
+		})
+	}()
+}
+
+func (l *Loop) report(f func(r *results)) {
+	l.doneMu.Lock()
+	f(&l.done)
+	l.doneMu.Unlock()
+	signal(l.doneSig)
+}
+
+// recorder writes outcomes to MySQL in batches: rung, failed, expired and
+// unclaimed clocks, retrying while MySQL is away.
+func (l *Loop) recorder(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.doneSig:
+		}
+		l.doneMu.Lock()
+		r := l.done
+		l.done = results{}
+		l.doneMu.Unlock()
+		if r.empty() {
+			continue
+		}
+		for attempt := 1; ; attempt++ {
+			err := l.record(ctx, &r)
+			if err == nil {
+				break
+			}
+			if attempt == 1 || attempt%50 == 0 {
+				l.log.Warn("recording ring outcomes failed; retrying", "err", err, "attempt", attempt)
+			}
+			if !l.sleep(ctx, min(time.Duration(attempt)*100*time.Millisecond, 2*time.Second)) {
+				return
+			}
+		}
+	}
+}
+
+const recordChunk = 1000
+
+// record writes r, removing from it what is written, so a retry resumes.
+func (l *Loop) record(ctx context.Context, r *results) error {
+	now := l.now()
+	for len(r.rung) > 0 {
+		n := min(len(r.rung), recordChunk)
+		if err := l.store.MarkRung(ctx, r.rung[:n], r.rungAt); err != nil {
+			return err
+		}
+		r.rung = r.rung[n:]
+		l.finished(n)
+	}
+	for len(r.failed) > 0 {
+		n := min(len(r.failed), recordChunk)
+		if err := l.store.Fail(ctx, r.failed[:n], now); err != nil {
+			return err
+		}
+		for i, o := range r.failed[:n] {
+			if o.Status == alarm.StatusPending {
+				l.feed.Offer(alarm.Due{ID: o.ID, Shard: r.failCls[i].Shard, At: o.NextTryAt})
+			}
+		}
+		r.failed, r.failCls = r.failed[n:], r.failCls[n:]
+		l.finished(n)
+	}
+	for len(r.expired) > 0 {
+		n := min(len(r.expired), recordChunk)
+		if err := l.store.Expire(ctx, r.expired[:n], now); err != nil {
+			return err
+		}
+		r.expired = r.expired[n:]
+		l.finished(n)
+	}
+	for len(r.unclaim) > 0 {
+		n := min(len(r.unclaim), recordChunk)
+		ids := make([]int64, n)
+		for i, c := range r.unclaim[:n] {
+			ids[i] = c.ID
+		}
+		if err := l.store.Unclaim(ctx, ids, now); err != nil {
+			return err
+		}
+		for _, c := range r.unclaim[:n] {
+			l.feed.Offer(alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt})
+		}
+		r.unclaim = r.unclaim[n:]
+		l.finished(n)
+	}
+	return nil
+}
+
+func (l *Loop) finished(n int) {
+	l.mu.Lock()
+	l.inFlight -= n
+	l.mu.Unlock()
+	signal(l.slots)
+}
