@@ -24,7 +24,7 @@ TEST_PKGS  ?= ./...
 RUN_ARGS   ?= serve
 
 FUZZ_TARGET ?= FuzzDecodeCreate
-FUZZ_PKG    ?= ./internal/alarm
+FUZZ_PKG    ?= ./internal/httpapi
 FUZZ_TIME   ?= 30s
 
 BENCH_ADDR      ?= 127.0.0.1:18080
