@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -86,12 +87,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 
 	queue := ring.NewQueue()
-	feeder := preload.New(preload.Config{
+	var feeder *preload.Manager
+	hints := rabbit.NewHints(rabbit.HintConfig{
+		URL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, InstanceID: cfg.Cluster.InstanceID, Logger: log,
+		OnHint: func(d alarm.Due) { feeder.Offer(d) },
+	})
+	feeder = preload.New(preload.Config{
 		InstanceID: cfg.Cluster.InstanceID, HTTPAddr: ln.Addr().String(), Shards: shards,
 		Window: cfg.Preload.Window, Interval: cfg.Preload.Interval, Rescan: cfg.Preload.Rescan,
 		Batch: cfg.Preload.Batch, HeapCap: cfg.Preload.HeapCap,
 		LeaseTTL: cfg.Cluster.LeaseTTL, FiringTimeout: cfg.Ring.FiringTimeout,
-		Logger: log, Registerer: reg,
+		Forward: hints.Send, Logger: log, Registerer: reg,
 	}, store, queue)
 	loop := ring.New(ring.Config{
 		ClaimAhead: cfg.Ring.ClaimAhead, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
@@ -112,7 +118,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Cluster: func(ctx context.Context) (any, error) { return clusterView(ctx, store) },
 	})
 
+	if cfg.HTTP.PprofAddr != "" {
+		stopPprof, err := servePprof(cfg.HTTP.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	publisherC := start(log, "publisher", pub.Run)
+	hintsC := start(log, "hints", hints.Run)
 	feederC := start(log, "preloader", feeder.Run)
 	loopC := start(log, "ring", loop.Run)
 
@@ -138,6 +152,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	loopC.stop()
 	feederC.stop()
+	hintsC.stop()
 	publisherC.stop()
 	log.Info("stopped")
 	return serveErr
@@ -261,4 +276,22 @@ func publishResult(err error) string {
 		return "unavailable"
 	}
 	return "error"
+}
+
+// servePprof serves Go's profiles on an address of their own.
+func servePprof(addr string, log *slog.Logger) (func(), error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen pprof %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("pprof serving", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }

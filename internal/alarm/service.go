@@ -51,7 +51,9 @@ func (s *Service) Create(ctx context.Context, ins []CreateInput) []CreateResult 
 	created := make([]Clock, 0, len(stored))
 	for j, r := range stored {
 		results[pos[j]] = r
-		if r.Err == nil && r.Created {
+		// An identical clock that already existed is offered too: if its
+		// create answered after the commit was lost, this is its first offer.
+		if r.Err == nil && r.Clock.Status == StatusPending {
 			created = append(created, r.Clock)
 		}
 	}

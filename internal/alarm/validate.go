@@ -35,6 +35,9 @@ func CheckApplication(s string) error {
 	if len(s) > MaxApplicationLen {
 		return invalid("application", "is longer than %d characters", MaxApplicationLen)
 	}
+	if s == "." || s == ".." {
+		return invalid("application", "must not be %q: it cannot be a URL path segment", s)
+	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
@@ -52,6 +55,9 @@ func CheckBusinessID(s string) error {
 	if !utf8.ValidString(s) {
 		return invalid("business_id", "is not valid UTF-8")
 	}
+	if s == "." || s == ".." {
+		return invalid("business_id", "must not be %q: it cannot be a URL path segment", s)
+	}
 	n := 0
 	for i, r := range s {
 		n++
@@ -64,6 +70,11 @@ func CheckBusinessID(s string) error {
 	}
 	if n > MaxBusinessIDLen {
 		return invalid("business_id", "is longer than %d characters", MaxBusinessIDLen)
+	}
+	// MySQL's utf8mb4_bin (PAD SPACE) compares "o-1 " equal to "o-1": such an
+	// id would collide with another clock's in the unique key and in lookups.
+	if strings.HasSuffix(s, " ") {
+		return invalid("business_id", "must not end with a space")
 	}
 	return nil
 }

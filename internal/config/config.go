@@ -33,6 +33,7 @@ type HTTP struct {
 	Addr            string        `yaml:"addr"`
 	MaxBodyBytes    int           `yaml:"max_body_bytes"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	PprofAddr       string        `yaml:"pprof_addr"`
 }
 
 // MySQL is the clock store.
@@ -115,6 +116,7 @@ func (c *Config) env() []envVar {
 		{"CLOCKD_HTTP_ADDR", "http.addr", &c.HTTP.Addr},
 		{"CLOCKD_HTTP_MAX_BODY_BYTES", "http.max_body_bytes", &c.HTTP.MaxBodyBytes},
 		{"CLOCKD_HTTP_SHUTDOWN_TIMEOUT", "http.shutdown_timeout", &c.HTTP.ShutdownTimeout},
+		{"CLOCKD_PPROF_ADDR", "http.pprof_addr", &c.HTTP.PprofAddr},
 		{"CLOCKD_MYSQL_DSN", "mysql.dsn", &c.MySQL.DSN},
 		{"CLOCKD_MYSQL_MAX_OPEN_CONNS", "mysql.max_open_conns", &c.MySQL.MaxOpenConns},
 		{"CLOCKD_MYSQL_MIGRATE_ON_START", "mysql.migrate_on_start", &c.MySQL.MigrateOnStart},
@@ -165,7 +167,7 @@ func Load(path string, getenv func(string) string) (Config, error) {
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-			return Config{}, fmt.Errorf("config %s: %w", path, err)
+			return Config{}, fmt.Errorf("config %s: %w", path, nameKeys(data, err))
 		}
 	}
 	for _, e := range c.env() {
@@ -188,6 +190,46 @@ func Load(path string, getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// nameKeys adds the key to each of yaml.v3's "line N: cannot unmarshal ..."
+// errors, which name only the line.
+func nameKeys(data []byte, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return err
+	}
+	keys := map[int]string{} // line -> dotted key; the deepest wins
+	var walk func(n *yaml.Node, prefix string)
+	walk = func(n *yaml.Node, prefix string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, prefix)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				key := prefix + k.Value
+				keys[k.Line], keys[v.Line] = key, key
+				walk(v, key+".")
+			}
+		}
+	}
+	walk(&doc, "")
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		var line int
+		if _, serr := fmt.Sscanf(m, "line %d:", &line); serr == nil && keys[line] != "" {
+			m = strings.Replace(m, ":", ": "+keys[line]+":", 1)
+		}
+		msgs[i] = m
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 func lookup(getenv func(string) string, name string) (string, bool) {

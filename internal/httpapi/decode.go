@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
@@ -51,7 +53,62 @@ func decodeStrict(data []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badField("body", "has data after the JSON object")
 	}
+	return checkKeys(data, v)
+}
+
+// checkKeys refuses the top-level keys that encoding/json lets through but
+// that are not a field's exact name ("Delay" for "delay": its matching is
+// case-insensitive) or that are given twice (it keeps the last silently).
+func checkKeys(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil // not an object: Decode has judged it already
+	}
+	known := jsonNames(reflect.TypeOf(v))
+	seen := make(map[string]bool, len(known))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return jsonError(err)
+		}
+		k, _ := tok.(string)
+		if !known[k] {
+			return unknownField(k)
+		}
+		if seen[k] {
+			return badField(k, "is given more than once")
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return jsonError(err)
+		}
+	}
 	return nil
+}
+
+var fieldNames sync.Map // reflect.Type -> map[string]bool
+
+// jsonNames returns the JSON names of the fields of the struct t points to.
+func jsonNames(t reflect.Type) map[string]bool {
+	if m, ok := fieldNames.Load(t); ok {
+		return m.(map[string]bool)
+	}
+	st := t
+	for st.Kind() == reflect.Pointer {
+		st = st.Elem()
+	}
+	names := map[string]bool{}
+	if st.Kind() == reflect.Struct {
+		for i := 0; i < st.NumField(); i++ {
+			name, _, _ := strings.Cut(st.Field(i).Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				names[name] = true
+			}
+		}
+	}
+	fieldNames.Store(t, names)
+	return names
 }
 
 func jsonError(err error) error {
@@ -72,9 +129,16 @@ func jsonError(err error) error {
 		return badField("body", "is truncated JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
-		return badField(strings.Trim(name, `"`), "is not a known field")
+		return unknownField(strings.Trim(name, `"`))
 	}
 	return badField("body", "%v", err)
+}
+
+func unknownField(name string) error {
+	if name == "" {
+		return badField("body", "has a field with an empty name")
+	}
+	return badField(name, "is not a known field")
 }
 
 func present(raw json.RawMessage) bool { return raw != nil }

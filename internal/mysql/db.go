@@ -42,6 +42,9 @@ func PrepareDSN(dsn string) (*mysql.Config, error) {
 	}
 	cfg.Params["time_zone"] = "'+00:00'"
 	cfg.Collation = "utf8mb4_bin"
+	// goose reads goose_db_version.tstamp (a TIMESTAMP) into a time.Time;
+	// clockd's own times are integers and unaffected.
+	cfg.ParseTime = true
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}

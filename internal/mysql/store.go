@@ -94,6 +94,11 @@ type Store struct {
 
 	batchRows prometheus.Histogram
 	batchDur  prometheus.Histogram
+
+	// consecutiveIDs: the server hands a multi-row INSERT consecutive ids
+	// (innodb_autoinc_lock_mode 0 or 1, auto_increment_increment 1), so the
+	// ids follow from LAST_INSERT_ID() without a second round trip.
+	consecutiveIDs bool
 }
 
 type createReq struct {
@@ -136,6 +141,10 @@ func NewStore(db *sqlx.DB, cfg StoreConfig) *Store {
 	}
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(s.batchRows, s.batchDur)
+	}
+	var mode, incr int
+	if err := db.QueryRowx("SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment").Scan(&mode, &incr); err == nil {
+		s.consecutiveIDs = mode <= 1 && incr == 1
 	}
 	for i := 0; i < cfg.Writers; i++ {
 		s.wg.Add(1)
@@ -316,8 +325,18 @@ func keyList(b *strings.Builder, args []any, keys []alarm.Key) []any {
 // and sends the batch to insertChecked.
 func (s *Store) insertFast(ctx context.Context, batch []item) error {
 	q, args := s.insertSQL(batch)
-	if _, err := s.db.ExecContext(ctx, q, args...); err != nil {
+	res, err := s.db.ExecContext(ctx, q, args...)
+	if err != nil {
 		return fmt.Errorf("insert clocks: %w", err)
+	}
+	if s.consecutiveIDs {
+		first, err := res.LastInsertId()
+		if n, nerr := res.RowsAffected(); err == nil && nerr == nil && n == int64(len(batch)) {
+			for j, it := range batch {
+				it.req.res[it.i] = alarm.CreateResult{Clock: newClock(first+int64(j), *it.clock(), it.req.now, s.cfg.Shards), Created: true}
+			}
+			return nil
+		}
 	}
 	keys := make([]alarm.Key, len(batch))
 	for j, it := range batch {

@@ -43,9 +43,12 @@ type Config struct {
 	HeapCap       int           // most clocks held in memory
 	LeaseTTL      time.Duration
 	FiringTimeout time.Duration // a firing clock older than this is recovered
-	Logger        *slog.Logger
-	Registerer    prometheus.Registerer
-	Now           func() time.Time
+	// Forward, when set, receives clocks due within the window whose shard
+	// another instance owns, so that their owner can be told at once.
+	Forward    func([]alarm.Due)
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
 }
 
 // Manager keeps the leases and runs one loader per owned shard. It
@@ -61,6 +64,7 @@ type Manager struct {
 	loaders map[int]*loader
 	lastOK  time.Time // last successful lease round
 	lastErr error
+	joined  bool // leases left under this instance id by a previous process were released
 
 	wg      sync.WaitGroup
 	started time.Time
@@ -176,6 +180,21 @@ func (m *Manager) round(ctx context.Context) error {
 	live, err := m.store.LiveInstances(ctx)
 	if err != nil {
 		return err
+	}
+	if !m.joined {
+		// A previous process under this instance id (restarted at once
+		// after a crash) may still hold leases. Renewing them would keep
+		// their epoch: that process would not be fenced and the clocks it
+		// left firing (claimed under that epoch) would wait for the firing
+		// timeout. Give them up so they are acquired under new epochs.
+		all := make([]int, m.cfg.Shards)
+		for i := range all {
+			all[i] = i
+		}
+		if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, all); err != nil {
+			return err
+		}
+		m.joined = true
 	}
 	want := target(m.cfg.Shards, live, m.cfg.InstanceID)
 	leases, err := m.store.RenewLeases(ctx, m.cfg.InstanceID, ttl)
@@ -354,11 +373,26 @@ func (m *Manager) Offer(d alarm.Due) {
 
 // Scheduled implements alarm.Scheduler.
 func (m *Manager) Scheduled(clocks []alarm.Clock) {
+	var remote []alarm.Due
+	horizon := m.now().Add(m.cfg.Window)
 	for _, c := range clocks {
 		m.q.Remove(c.ID)
-		if c.Status == alarm.StatusPending {
-			m.Offer(alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt})
+		if c.Status != alarm.StatusPending {
+			continue
 		}
+		d := alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt}
+		m.mu.Lock()
+		ld, ok := m.loaders[d.Shard]
+		m.mu.Unlock()
+		switch {
+		case ok:
+			ld.offer(d)
+		case m.cfg.Forward != nil && !d.At.After(horizon):
+			remote = append(remote, d)
+		}
+	}
+	if len(remote) > 0 {
+		m.cfg.Forward(remote)
 	}
 }
 

@@ -1,0 +1,200 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBadInput sends every kind of bad request and checks the status, the
+// error's shape, that the message names the field, and that nothing was
+// written.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	e.mustClock(201, "POST", "/v1/clocks", createBody("order", "exists", "delay", "1h"))
+
+	future := fmtTime(time.Now().Add(time.Hour))
+	past := fmtTime(time.Now().Add(-time.Hour))
+	c := func(extra ...any) string { return js(createBody("order", "new", extra...)) }
+	ok := c() // a valid create, for the cases that change its framing
+
+	const create, patch, batch = "/v1/clocks", "/v1/clocks/order/exists", "/v1/clocks/batch"
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		body   string
+		status int
+		field  string // the message must contain it
+	}{
+		// framing
+		{"malformed JSON", "POST", create, `{"application":"order",`, 400, "body"},
+		{"not JSON", "POST", create, `hello`, 400, "body"},
+		{"empty body", "POST", create, ``, 400, "body"},
+		{"array", "POST", create, `[` + ok + `]`, 400, "body"},
+		{"string", "POST", create, `"order"`, 400, "body"},
+		{"trailing data", "POST", create, ok + ` {}`, 400, "body"},
+		{"trailing garbage", "POST", create, ok + `}`, 400, "body"},
+		{"two objects", "POST", create, ok + ok, 400, "body"},
+		{"unknown field", "POST", create, c("colour", "red"), 400, "colour"},
+		{"unknown field in another case", "POST", create, c("Colour", "red"), 400, "Colour"},
+		{"known field in another case", "POST", create,
+			`{"application":"order","business_id":"new","Delay":"1h"}`, 400, "Delay"},
+		{"known field in upper case", "POST", create,
+			`{"APPLICATION":"order","business_id":"new","delay":"1h"}`, 400, "APPLICATION"},
+		{"field given twice", "POST", create,
+			`{"application":"order","business_id":"new","delay":"1h","delay":"2h"}`, 400, "delay"},
+		{"field given twice, differing in case", "POST", create,
+			`{"application":"order","business_id":"new","ring_at":"` + future + `","RING_AT":"` + past + `"}`, 400, "RING_AT"},
+
+		// application
+		{"missing application", "POST", create, c("application", nil), 400, "application"},
+		{"empty application", "POST", create, c("application", ""), 400, "application"},
+		{"null application", "POST", create, c("application", null{}), 400, "application"},
+		{"application of 65", "POST", create, c("application", strings.Repeat("a", 65)), 400, "application"},
+		{"application with a space", "POST", create, c("application", "my app"), 400, "application"},
+		{"application with a slash", "POST", create, c("application", "a/b"), 400, "application"},
+		{"application non-ASCII", "POST", create, c("application", "ordér"), 400, "application"},
+		{"application with NUL", "POST", create, c("application", "a\x00"), 400, "application"},
+		{"application a number", "POST", create, c("application", 5), 400, "application"},
+
+		// business_id
+		{"missing business_id", "POST", create, js(body{"application": "order", "delay": "1h"}), 400, "business_id"},
+		{"null business_id", "POST", create, c("business_id", null{}), 400, "business_id"},
+		{"business_id of 129 runes", "POST", create, c("business_id", strings.Repeat("é", 129)), 400, "business_id"},
+		{"business_id with a slash", "POST", create, c("business_id", "o/1"), 400, "business_id"},
+		{"business_id with a control char", "POST", create, c("business_id", "o\x01"), 400, "business_id"},
+		{"business_id with DEL", "POST", create, c("business_id", "o\x7f"), 400, "business_id"},
+		{"business_id with a newline", "POST", create, c("business_id", "o\n1"), 400, "business_id"},
+		{"business_id with a trailing space", "POST", create, c("business_id", "exists "), 400, "business_id"},
+		{"business_id an object", "POST", create, c("business_id", body{}), 400, "business_id"},
+
+		// ring time
+		{"both ring_at and delay", "POST", create, c("ring_at", future), 400, "ring_at"},
+		{"neither ring_at nor delay", "POST", create, c("delay", nil), 400, "ring_at"},
+		{"ring_at unparsable", "POST", create, c("delay", nil, "ring_at", "tomorrow"), 400, "ring_at"},
+		{"ring_at without zone", "POST", create, c("delay", nil, "ring_at", "2030-01-01T10:00:00"), 400, "ring_at"},
+		{"ring_at date only", "POST", create, c("delay", nil, "ring_at", "2030-01-01"), 400, "ring_at"},
+		{"ring_at a number", "POST", create, c("delay", nil, "ring_at", 1893456000000), 400, "ring_at"},
+		{"ring_at null", "POST", create, c("delay", nil, "ring_at", null{}), 400, "ring_at"},
+		{"ring_at before 1970", "POST", create, c("delay", nil, "ring_at", "1969-12-31T23:59:59Z"), 400, "ring_at"},
+		{"delay unparsable", "POST", create, c("delay", "soon"), 400, "delay"},
+		{"delay without unit", "POST", create, c("delay", "30"), 400, "delay"},
+		{"delay negative", "POST", create, c("delay", "-5m"), 400, "delay"},
+		{"delay negative milliseconds", "POST", create, c("delay", -1000), 400, "delay"},
+		{"delay fractional milliseconds", "POST", create, c("delay", 1.5), 400, "delay"},
+		{"delay exponent", "POST", create, c("delay", 1e20), 400, "delay"},
+		{"delay huge milliseconds", "POST", create, `{"application":"order","business_id":"new","delay":99999999999999999999}`, 400, "delay"},
+		{"delay a boolean", "POST", create, c("delay", true), 400, "delay"},
+		{"delay null", "POST", create, c("delay", null{}), 400, "delay"},
+
+		// latest_ring_at, max_attempts, content_type, payload
+		{"latest_ring_at before ring_at", "POST", create,
+			c("delay", nil, "ring_at", future, "latest_ring_at", fmtTime(time.Now().Add(30*time.Minute))), 400, "latest_ring_at"},
+		{"latest_ring_at before the delay", "POST", create, c("delay", "2h", "latest_ring_at", future), 400, "latest_ring_at"},
+		{"latest_ring_at already past", "POST", create,
+			c("delay", nil, "ring_at", fmtTime(time.Now().Add(-2*time.Hour)), "latest_ring_at", past), 400, "latest_ring_at"},
+		{"latest_ring_at unparsable", "POST", create, c("latest_ring_at", "never"), 400, "latest_ring_at"},
+		{"max_attempts negative", "POST", create, c("max_attempts", -1), 400, "max_attempts"},
+		{"max_attempts a string", "POST", create, c("max_attempts", "3"), 400, "max_attempts"},
+		{"max_attempts fractional", "POST", create, c("max_attempts", 1.5), 400, "max_attempts"},
+		{"max_attempts too large", "POST", create, c("max_attempts", int64(1)<<31), 400, "max_attempts"},
+		{"content_type empty", "POST", create, c("content_type", ""), 400, "content_type"},
+		{"content_type non-ASCII", "POST", create, c("content_type", "text/plain; charset=é"), 400, "content_type"},
+		{"payload an object", "POST", create, `{"application":"order","business_id":"new","delay":"1h","payload":{"a":1}}`, 400, "payload"},
+		{"payload over the limit", "POST", create, c("payload", strings.Repeat("p", testMaxPayload+1)), 413, "payload"},
+		{"body over the limit", "POST", create, c("payload", strings.Repeat("p", testMaxBody)), 413, "body"},
+
+		// batch framing
+		{"batch malformed", "POST", batch, `{"clocks":[`, 400, "body"},
+		{"batch without clocks", "POST", batch, `{}`, 400, "clocks"},
+		{"batch null clocks", "POST", batch, `{"clocks":null}`, 400, "clocks"},
+		{"batch empty", "POST", batch, `{"clocks":[]}`, 400, "clocks"},
+		{"batch clocks not an array", "POST", batch, `{"clocks":{}}`, 400, "clocks"},
+		{"batch unknown field", "POST", batch, `{"clocks":[` + ok + `],"atomic":true}`, 400, "atomic"},
+		{"batch over the body limit", "POST", batch, `{"clocks":[` + c("payload", strings.Repeat("p", testMaxBody)) + `]}`, 413, "body"},
+
+		// reschedule
+		{"patch malformed", "PATCH", patch, `{"payload":`, 400, "body"},
+		{"patch empty body", "PATCH", patch, ``, 400, "body"},
+		{"patch nothing to change", "PATCH", patch, `{}`, 400, "body"},
+		{"patch unknown field", "PATCH", patch, `{"payload":"x","colour":"red"}`, 400, "colour"},
+		{"patch of the key", "PATCH", patch, `{"business_id":"other"}`, 400, "business_id"},
+		{"patch of content_type", "PATCH", patch, `{"content_type":"text/plain"}`, 400, "content_type"},
+		{"patch both ring_at and delay", "PATCH", patch, js(body{"ring_at": future, "delay": "1h"}), 400, "ring_at"},
+		{"patch ring_at unparsable", "PATCH", patch, `{"ring_at":"later"}`, 400, "ring_at"},
+		{"patch ring_at null", "PATCH", patch, `{"ring_at":null}`, 400, "ring_at"},
+		{"patch delay negative", "PATCH", patch, `{"delay":"-1s"}`, 400, "delay"},
+		{"patch latest_ring_at before ring_at", "PATCH", patch, js(body{"latest_ring_at": fmtTime(time.Now().Add(time.Minute))}), 400, "latest_ring_at"},
+		{"patch latest_ring_at already past", "PATCH", patch,
+			js(body{"ring_at": fmtTime(time.Now().Add(-2 * time.Hour)), "latest_ring_at": past}), 400, "latest_ring_at"},
+		{"patch max_attempts negative", "PATCH", patch, `{"max_attempts":-1}`, 400, "max_attempts"},
+		{"patch payload over the limit", "PATCH", patch, js(body{"payload": strings.Repeat("p", testMaxPayload+1)}), 413, "payload"},
+		{"patch body over the limit", "PATCH", patch, js(body{"payload": strings.Repeat("p", testMaxBody)}), 413, "body"},
+		{"patch bad application in the path", "PATCH", "/v1/clocks/bad%20app/exists", `{"payload":"x"}`, 400, "application"},
+		{"patch bad business_id in the path", "PATCH", "/v1/clocks/order/a%2Fb", `{"payload":"x"}`, 400, "business_id"},
+
+		// keys in paths of the other calls
+		{"cancel bad application", "DELETE", "/v1/clocks/bad%20app/exists", ``, 400, "application"},
+		{"cancel too long business_id", "DELETE", "/v1/clocks/order/" + strings.Repeat("x", 129), ``, 400, "business_id"},
+		{"replay bad application", "POST", "/v1/clocks/" + strings.Repeat("a", 65) + "/exists/replay", ``, 400, "application"},
+		{"replay control char", "POST", "/v1/clocks/order/a%01/replay", ``, 400, "business_id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := e.with(t)
+			before := e.tableState()
+			var b any
+			if tt.body != "" {
+				b = tt.body
+			}
+			msg := e.mustError(tt.status, tt.method, tt.path, b)
+			if !strings.Contains(msg, tt.field) {
+				t.Errorf("message %q does not name %q", msg, tt.field)
+			}
+			if after := e.tableState(); after != before {
+				t.Errorf("the request wrote to the table: %s -> %s", before, after)
+			}
+		})
+	}
+	// The same bad items inside a batch get the same answers and write nothing.
+	t.Run("batch items", func(t *testing.T) {
+		e := e.with(t)
+		var items []string
+		var want []int
+		for _, tt := range tests {
+			if tt.path != create || tt.method != "POST" || !json.Valid([]byte(tt.body)) || len(tt.body) > testMaxBody {
+				continue
+			}
+			items = append(items, tt.body)
+			want = append(want, tt.status)
+		}
+		before := e.tableState()
+		code, data := e.do("POST", batch, `{"clocks":[`+strings.Join(items, ",")+`]}`)
+		if code != 200 {
+			t.Fatalf("status %d: %.500s", code, data)
+		}
+		var ans batchAnswer
+		if err := json.Unmarshal(data, &ans); err != nil {
+			t.Fatal(err)
+		}
+		if len(ans.Results) != len(want) {
+			t.Fatalf("%d results for %d items", len(ans.Results), len(want))
+		}
+		for i, r := range ans.Results {
+			if r.Status != want[i] || r.Error == nil {
+				t.Errorf("item %d (%.80s): status %d error %v, want %d", i, items[i], r.Status, r.Error, want[i])
+			}
+		}
+		if after := e.tableState(); after != before {
+			t.Errorf("the batch wrote to the table: %s -> %s", before, after)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	// Sanity: the valid body the cases are built from is accepted.
+	e.mustClock(201, "POST", create, ok)
+}
