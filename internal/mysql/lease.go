@@ -47,10 +47,19 @@ type leaseRow struct {
 	Until int64 `db:"lease_until"`
 }
 
+// leaseUntil is the expiry a renewed or acquired lease gets: that of the
+// owner's heartbeat, written just before in the same lease round (now+ttl
+// when there is none). The others then see the owner gone (LiveInstances)
+// exactly when its leases are free (AcquireLeases): with two expiries a few
+// milliseconds apart, a survivor's round falling between them found the
+// owner gone but its leases not yet expired, and the takeover waited one
+// more lease round. Arguments: owner, ttl in ms.
+const leaseUntil = "COALESCE((SELECT i.expires_at FROM clock_instance i WHERE i.instance_id = ?), " + dbNowMS + " + ?)"
+
 // RenewLeases extends every lease the owner holds and returns them.
 func (s *Store) RenewLeases(ctx context.Context, owner string, ttl time.Duration) ([]alarm.Lease, error) {
-	if _, err := s.db.ExecContext(ctx, "UPDATE clock_shard SET lease_until = "+dbNowMS+" + ?, update_time = "+dbNowMS+" WHERE owner = ?",
-		ttl.Milliseconds(), owner); err != nil {
+	if _, err := s.db.ExecContext(ctx, "UPDATE clock_shard SET lease_until = "+leaseUntil+", update_time = "+dbNowMS+" WHERE owner = ?",
+		owner, ttl.Milliseconds(), owner); err != nil {
 		return nil, fmt.Errorf("renew leases: %w", mapErr(err))
 	}
 	return s.leasesOf(ctx, owner)
@@ -72,8 +81,8 @@ func (s *Store) leasesOf(ctx context.Context, owner string) ([]alarm.Lease, erro
 // with a new epoch, and returns all leases the owner now holds.
 func (s *Store) AcquireLeases(ctx context.Context, owner string, n int, ttl time.Duration) ([]alarm.Lease, error) {
 	if n > 0 {
-		if _, err := s.db.ExecContext(ctx, `UPDATE clock_shard SET owner = ?, epoch = epoch + 1, lease_until = `+dbNowMS+` + ?, update_time = `+dbNowMS+`
-			WHERE owner IS NULL OR lease_until < `+dbNowMS+` ORDER BY shard LIMIT ?`, owner, ttl.Milliseconds(), n); err != nil {
+		if _, err := s.db.ExecContext(ctx, `UPDATE clock_shard SET owner = ?, epoch = epoch + 1, lease_until = `+leaseUntil+`, update_time = `+dbNowMS+`
+			WHERE owner IS NULL OR lease_until <= `+dbNowMS+` ORDER BY shard LIMIT ?`, owner, owner, ttl.Milliseconds(), n); err != nil {
 			return nil, fmt.Errorf("acquire leases: %w", mapErr(err))
 		}
 	}

@@ -32,6 +32,7 @@ type loader struct {
 	backID     int64
 	backDone   bool
 	lastFull   time.Time
+	movedBack  uint64 // bumped when offer moves the live cursor back
 
 	capped atomic.Bool // a class hit its quota on the last pass
 	wake   chan struct{}
@@ -39,10 +40,21 @@ type loader struct {
 	done   chan struct{}
 }
 
+// setValid extends the local reckoning of the lease. When it had lapsed
+// (a pause, a slow lease round), the ring loop may have dropped clocks of
+// this shard it could not claim: rescan so that they come back.
 func (l *loader) setValid(t time.Time) {
 	l.mu.Lock()
+	lapsed := !l.validUntil.IsZero() && !time.Now().Before(l.validUntil)
 	l.validUntil = t
 	l.mu.Unlock()
+	if lapsed && !t.IsZero() {
+		l.reset()
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (l *loader) invalidate() { l.setValid(time.Time{}) }
@@ -157,7 +169,7 @@ func (l *loader) load(ctx context.Context) error {
 		}
 		limit := min(room, l.m.cfg.Batch)
 		l.mu.Lock()
-		at, id := l.liveAt, l.liveID
+		at, id, moved := l.liveAt, l.liveID, l.movedBack
 		l.mu.Unlock()
 		if !at.Before(until) && id == math.MaxInt64 {
 			break
@@ -168,6 +180,12 @@ func (l *loader) load(ctx context.Context) error {
 		}
 		l.m.q.Add(ring.Live, rows...)
 		l.mu.Lock()
+		if l.movedBack != moved {
+			// offer moved the cursor back while the query ran, for a clock
+			// the query may not have seen: keep it there, read again.
+			l.mu.Unlock()
+			continue
+		}
 		if len(rows) < limit {
 			// everything up to until is loaded
 			if until.After(l.liveAt) || (until.Equal(l.liveAt) && l.liveID != math.MaxInt64) {
@@ -202,6 +220,7 @@ func (l *loader) offer(d alarm.Due) {
 	l.mu.Lock()
 	if d.At.Before(l.liveAt) || (d.At.Equal(l.liveAt) && d.ID <= l.liveID) {
 		l.liveAt, l.liveID = d.At, d.ID-1
+		l.movedBack++
 	}
 	l.mu.Unlock()
 	l.capped.Store(true)

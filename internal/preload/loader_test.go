@@ -1,0 +1,118 @@
+package preload
+
+import (
+	"context"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/ring"
+)
+
+// loadStore serves LoadDue from a list of pending clocks; the first call
+// can be held (hold) to let the test act while the query runs.
+type loadStore struct {
+	Store // the lease methods are not used here
+
+	mu      sync.Mutex
+	rows    []alarm.Due // pending clocks, in (At, ID) order
+	hold    chan struct{}
+	started chan struct{}
+}
+
+func (s *loadStore) LoadDue(_ context.Context, shard int, afterAt time.Time, afterID int64, until time.Time, limit int) ([]alarm.Due, error) {
+	s.mu.Lock()
+	var out []alarm.Due
+	for _, d := range s.rows {
+		after := d.At.After(afterAt) || (d.At.Equal(afterAt) && d.ID > afterID)
+		if d.Shard == shard && after && !d.At.After(until) && len(out) < limit {
+			out = append(out, d)
+		}
+	}
+	hold, started := s.hold, s.started
+	s.hold = nil
+	s.mu.Unlock()
+	if hold != nil {
+		close(started)
+		<-hold
+	}
+	return out, nil
+}
+
+func (s *loadStore) insert(d alarm.Due) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rows = append(s.rows, d)
+	slices.SortFunc(s.rows, func(a, b alarm.Due) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return int(a.ID - b.ID)
+	})
+}
+
+// A clock offered while the shard is at its quota moves the live cursor
+// back so that the loader reads it in turn. When that happens while a load
+// query runs, the end of the query must not move the cursor past the clock
+// again: it would wait for the next full rescan (30 s by default).
+func TestOfferDuringLoadIsNotSkipped(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var nowMu sync.Mutex
+	now := t0
+	clock := func() time.Time { nowMu.Lock(); defer nowMu.Unlock(); return now }
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	st := &loadStore{}
+	st.insert(alarm.Due{ID: 1, At: at(1000)})
+	q := ring.NewQueue()
+	m := New(Config{Shards: 1, Window: 10 * time.Second, HeapCap: 4, Batch: 100, Now: clock}, st, q)
+	ld := &loader{m: m, shard: 0, boundary: t0, wake: make(chan struct{}, 1)}
+	ld.reset()
+	m.loaders[0] = ld // quota: 4/(2*1) = 2 per class
+
+	// first pass: everything up to t0+10s is loaded
+	if err := ld.load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !q.Has(1) {
+		t.Fatal("clock 1 not loaded")
+	}
+	// a second later the loader reads (t0+10s, t0+11s]; while that query
+	// runs, the shard reaches its quota and clock 3, due in the range
+	// already loaded, is created and offered
+	nowMu.Lock()
+	now = now.Add(time.Second)
+	nowMu.Unlock()
+	hold := make(chan struct{})
+	st.mu.Lock()
+	st.hold, st.started = hold, make(chan struct{})
+	started := st.started
+	st.mu.Unlock()
+	done := make(chan error)
+	go func() { done <- ld.load(context.Background()) }()
+	<-started
+	q.Add(ring.Live, alarm.Due{ID: 100, At: at(500)})
+	d := alarm.Due{ID: 3, At: at(1500)}
+	st.insert(d)
+	ld.offer(d)
+	if q.Has(3) {
+		t.Fatal("offered into a full shard quota")
+	}
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// the ring loop takes clocks out; the next load has room for clock 3
+	q.Remove(1, 100)
+	if err := ld.load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !q.Has(3) {
+		ld.mu.Lock()
+		defer ld.mu.Unlock()
+		t.Errorf("clock 3, offered while a load ran, was skipped: live cursor at t0+%v (id max: %v)",
+			ld.liveAt.Sub(t0), ld.liveID == math.MaxInt64)
+	}
+}
