@@ -1,0 +1,258 @@
+package rabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// session is one AMQP connection with its confirm channels (lanes). Run owns
+// it: it starts the lane goroutines and, in teardown, stops and waits for them.
+type session struct {
+	sock        *sockConn
+	conn        *amqp.Connection
+	lanes       []*lane
+	rr          atomic.Uint32
+	connClosed  chan *amqp.Error
+	blocked     chan amqp.Blocking
+	blockReason atomic.Pointer[string]
+
+	dead     chan struct{} // closed by kill
+	deadOnce sync.Once
+	deadErr  error // written once before dead is closed
+
+	stop chan struct{} // closed by teardown: lanes fail what is left and exit
+	wg   sync.WaitGroup
+}
+
+// connect dials, declares the exchange and opens the confirm channels. The
+// whole setup is bounded by DialTimeout and by ctx: either closes the socket,
+// which makes every pending amqp091 call fail.
+func (p *Publisher) connect(ctx context.Context) (_ *session, err error) {
+	var (
+		mu     sync.Mutex
+		raw    net.Conn
+		sock   *sockConn
+		closed error // why a guard below closed raw
+	)
+	closeRaw := func(why error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed == nil {
+			closed = why
+		}
+		if raw != nil {
+			_ = raw.Close()
+		}
+	}
+	errTimeout := fmt.Errorf("connect timed out after %s", p.cfg.DialTimeout)
+	stopCtx := context.AfterFunc(ctx, func() { closeRaw(ctx.Err()) })
+	timer := time.AfterFunc(p.cfg.DialTimeout, func() { closeRaw(errTimeout) })
+	var conn *amqp.Connection
+	defer func() {
+		stopCtx()
+		timer.Stop()
+		if err == nil {
+			return
+		}
+		if conn != nil {
+			_ = conn.CloseDeadline(time.Now().Add(closeTimeout))
+		}
+		// Also stops amqp091's reader goroutine at once (DialConfig returns
+		// a half-open connection on handshake errors).
+		closeRaw(err)
+		mu.Lock()
+		defer mu.Unlock()
+		if closed != err {
+			err = closed // the guard's reason explains the error
+		}
+	}()
+
+	dial := func(network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: p.cfg.DialTimeout}
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if closed != nil {
+			_ = c.Close()
+			return nil, closed
+		}
+		raw = c
+		if p.testConn != nil {
+			p.testConn(c)
+		}
+		sock = &sockConn{Conn: c, timeout: p.cfg.ConfirmTimeout}
+		return sock, nil
+	}
+	props := amqp.NewConnectionProperties()
+	props["connection_name"] = p.cfg.ConnectionName
+	c, err := amqp.DialConfig(p.cfg.URL, amqp.Config{Dial: dial, Properties: props})
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	conn = c
+
+	s := &session{
+		sock:       sock,
+		conn:       conn,
+		connClosed: conn.NotifyClose(make(chan *amqp.Error, 1)),
+		blocked:    conn.NotifyBlocked(make(chan amqp.Blocking, 4)),
+		dead:       make(chan struct{}),
+		stop:       make(chan struct{}),
+	}
+	for i := range p.cfg.Channels {
+		ch, err := conn.Channel()
+		if err != nil {
+			return nil, fmt.Errorf("open channel: %w", err)
+		}
+		if i == 0 {
+			if err := ch.ExchangeDeclare(p.cfg.Exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+				return nil, fmt.Errorf("declare exchange %q: %w", p.cfg.Exchange, err)
+			}
+		}
+		l := newLane(p, s, ch)
+		if err := ch.Confirm(false); err != nil {
+			return nil, fmt.Errorf("confirm mode: %w", err)
+		}
+		s.lanes = append(s.lanes, l)
+	}
+	if !stopCtx() || !timer.Stop() {
+		return nil, errTimeout // replaced by the guard's reason
+	}
+	for _, l := range s.lanes {
+		s.wg.Go(l.run)
+	}
+	return s, nil
+}
+
+// kill marks the session dead (first reason wins) so that Run tears it down.
+func (s *session) kill(reason error) {
+	s.deadOnce.Do(func() {
+		s.deadErr = reason
+		close(s.dead)
+	})
+}
+
+func (s *session) reason() error {
+	select {
+	case <-s.dead:
+		return s.deadErr
+	default:
+		return nil
+	}
+}
+
+func (s *session) blockedReason() string {
+	if r := s.blockReason.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
+
+// teardown closes the connection and waits for the lanes, which fail every
+// unconfirmed message with ErrUnavailable.
+func (s *session) teardown() {
+	s.kill(errors.New("closed"))
+	close(s.stop)
+	// The reader goroutine of amqp091 must not stall on a full blocked
+	// listener while Close waits for close-ok.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for range s.blocked {
+		}
+	}()
+	_ = s.conn.CloseDeadline(time.Now().Add(closeTimeout))
+	s.wg.Wait()
+	<-drained
+}
+
+// acquire picks a lane for one batch and locks it for publishing: a free lane
+// if there is one, round robin otherwise.
+func (s *session) acquire() *lane {
+	n := uint32(len(s.lanes))
+	start := s.rr.Add(1)
+	for k := range n {
+		l := s.lanes[(start+k)%n]
+		if l.pubMu.TryLock() {
+			return l
+		}
+	}
+	l := s.lanes[start%n]
+	l.pubMu.Lock()
+	return l
+}
+
+// corkMax bounds the bytes held back while corked.
+const corkMax = 64 << 10
+
+// sockConn wraps the broker socket. It puts a write deadline on every write: when
+// the broker stops reading (resource alarm, dead peer) a publish cannot block
+// longer than the confirm timeout; the write fails and amqp091 tears the
+// connection down. While a batch is being published the socket is corked:
+// amqp091 flushes after every message, sockConn instead collects the frames and
+// writes them in one syscall per 64 KiB or batch.
+type sockConn struct {
+	net.Conn
+	timeout time.Duration
+
+	mu    sync.Mutex
+	corks int
+	buf   []byte
+}
+
+func (c *sockConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.corks > 0 && len(c.buf)+len(b) <= corkMax {
+		c.buf = append(c.buf, b...)
+		return len(b), nil
+	}
+	if err := c.flushLocked(); err != nil {
+		return 0, err
+	}
+	return c.write(b)
+}
+
+// cork holds writes back until the matching uncork.
+func (c *sockConn) cork() {
+	c.mu.Lock()
+	c.corks++
+	c.mu.Unlock()
+}
+
+// uncork writes what is held back. On failure it closes the socket, so that
+// amqp091 shuts the connection down and every unconfirmed message fails.
+func (c *sockConn) uncork() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corks--
+	if err := c.flushLocked(); err != nil {
+		_ = c.Conn.Close()
+	}
+}
+
+func (c *sockConn) flushLocked() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.write(c.buf)
+	c.buf = c.buf[:0]
+	return err
+}
+
+func (c *sockConn) write(b []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
