@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"github.com/clockd/clockd/internal/testenv"
+)
+
+func testConfig(t *testing.T, args ...string) *config {
+	t.Helper()
+	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestBrokerScenario(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	cfg := testConfig(t, "-amqp", url, "-scenario", "broker", "-duration", "500ms", "-broker-window", "200")
+	res, err := runBroker(context.Background(), cfg, testenv.Name("clockbench_test_"), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acked == 0 || res.Rate <= 0 {
+		t.Errorf("nothing confirmed: %+v", res)
+	}
+	if res.Nacked != 0 || res.Returned != 0 || res.Unconfirm != 0 {
+		t.Errorf("nacked %d, returned %d, unconfirmed %d", res.Nacked, res.Returned, res.Unconfirm)
+	}
+	if res.Consumed != res.Acked {
+		t.Errorf("consumed %d of %d confirmed", res.Consumed, res.Acked)
+	}
+	if res.HopLatency.Count != res.Consumed || res.HopLatency.P50 <= 0 {
+		t.Errorf("hop latency %+v", res.HopLatency)
+	}
+	if res.ElapsedS < 0.5 || res.ElapsedS > 10 {
+		t.Errorf("elapsed %.2fs for a 500ms run", res.ElapsedS)
+	}
+	// the temporary queue is gone
+	conn, err := dialAMQP(url, "clockbench test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclarePassive(res.Queue, true, false, false, false, nil); err == nil {
+		t.Errorf("queue %s still exists", res.Queue)
+	}
+}

@@ -1,0 +1,590 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Report is everything one run measured; report.json is its JSON form.
+type Report struct {
+	Tool       string            `json:"tool"`
+	RunID      string            `json:"run_id"`
+	StartedAt  time.Time         `json:"started_at"`
+	FinishedAt time.Time         `json:"finished_at"`
+	Addr       string            `json:"clockd_addr"`
+	Machine    Machine           `json:"machine"`
+	Flags      map[string]string `json:"flags"`
+	Scenarios  []string          `json:"scenarios"`
+	Backlog    *BacklogResult    `json:"backlog,omitempty"`
+	Broker     *BrokerResult     `json:"broker,omitempty"`
+	Create     *CreateResult     `json:"create,omitempty"`
+	Batch      *CreateResult     `json:"batch,omitempty"`
+	Ring       *RingResult       `json:"ring,omitempty"`
+	Hot        *RingResult       `json:"hot,omitempty"`
+	RSS        *RSSResult        `json:"rss,omitempty"`
+	CPU        map[string]CPUUse `json:"cpu_by_scenario,omitempty"`
+	Targets    []Target          `json:"targets,omitempty"`
+	Failures   []string          `json:"failures,omitempty"`
+	Errors     []string          `json:"errors,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	NProc       int     `json:"nproc"`
+	MemTotalMiB float64 `json:"mem_total_mib"`
+	CPUModel    string  `json:"cpu_model,omitempty"`
+	Kernel      string  `json:"kernel,omitempty"`
+	Hostname    string  `json:"hostname,omitempty"`
+	OSArch      string  `json:"os_arch"`
+	GoVersion   string  `json:"go_version"`
+	LoadAvg     string  `json:"loadavg_at_start"`
+	Time        string  `json:"time"`
+}
+
+// Target is one performance target of issue 5 checked against this run.
+type Target struct {
+	Figure   string `json:"figure"`
+	Target   string `json:"target"`
+	Measured string `json:"measured"`
+	Met      bool   `json:"met"`
+}
+
+// evaluate fills in the broker percentages, the targets and the failures
+// (early or lost rings) from the results.
+func (r *Report) evaluate() {
+	r.Targets, r.Failures = nil, nil
+	add := func(fig, target, measured string, met bool) {
+		r.Targets = append(r.Targets, Target{Figure: fig, Target: target, Measured: measured, Met: met})
+	}
+	if c := r.Create; c != nil {
+		add(fmt.Sprintf("single-clock creates, %d clients", c.Clients), ">= 15,000 clocks/s", fmtRate(c.Rate), c.Rate >= 15000)
+		add("single-clock create latency p99", "<= 25 ms", fmtMs(c.Latency.P99), c.Latency.P99 <= 25 && c.Latency.Count > 0)
+	}
+	if b := r.Batch; b != nil {
+		add(fmt.Sprintf("batch creates (%d per batch, %d clients)", b.BatchSize, b.Clients), ">= 60,000 clocks/s", fmtRate(b.Rate), b.Rate >= 60000)
+	}
+	for _, x := range []*RingResult{r.Ring, r.Hot} {
+		if x != nil && r.Broker != nil {
+			x.RingRatePctBroker = pct(x.RingRate, r.Broker.Rate)
+		}
+	}
+	if h := r.Hot; h != nil {
+		m := fmtRate(h.RingRate)
+		met := h.RingRate >= 10000
+		if r.Broker != nil {
+			m += fmt.Sprintf(" = %.0f%% of the broker's %s", h.RingRatePctBroker, fmtRate(r.Broker.Rate))
+			met = met && h.RingRatePctBroker >= 50
+		}
+		add("sustained ring rate (hot second drain)", ">= 10,000/s and >= 50% of the broker ceiling", m, met)
+		if h.RingRate > 0 {
+			bound := float64(h.N)/h.RingRate + 1
+			add(fmt.Sprintf("hot second of %s clocks", fmtInt(h.N)), "last delivered within n / ring rate + 1 s",
+				fmt.Sprintf("last %.2f s after the second began (bound %.2f s)", h.LastReceiptS, bound),
+				h.LastReceiptS <= bound && h.Lost == 0)
+		}
+	}
+	if g := r.Ring; g != nil {
+		at := fmt.Sprintf(" (at %s)", fmtRate(g.TargetRate))
+		add("ring lateness p50"+at, "<= 3 ms", fmtMs(g.Lateness.P50), g.Lateness.P50 <= 3 && g.Received > 0)
+		add("ring lateness p99"+at, "<= 15 ms", fmtMs(g.Lateness.P99), g.Lateness.P99 <= 15 && g.Received > 0)
+		add("ring lateness p99.9"+at, "<= 100 ms", fmtMs(g.Lateness.P999), g.Lateness.P999 <= 100 && g.Received > 0)
+		add("early / lost rings"+at, "0 / 0", fmt.Sprintf("%d / %d", g.Early, g.Lost), g.Early == 0 && g.Lost == 0)
+	}
+	if r.RSS != nil && r.RSS.MaxMiB > 0 {
+		add("clockd max RSS", "<= 300 MiB (with 10,000,000 pending)", fmt.Sprintf("%.1f MiB", r.RSS.MaxMiB), r.RSS.MaxMiB <= 300)
+	}
+	for _, x := range []struct {
+		name string
+		r    *RingResult
+	}{{"ring", r.Ring}, {"hot", r.Hot}} {
+		if x.r == nil {
+			continue
+		}
+		if x.r.Early > 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("%s: %d clocks rang early", x.name, x.r.Early))
+		}
+		if x.r.Lost > 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("%s: %d clocks lost (not received %s after the last ring time)", x.name, x.r.Lost, r.Flags["grace"]))
+		}
+	}
+}
+
+// section is one block of the report, shared by the text and HTML forms.
+type section struct {
+	Title  string
+	Rows   [][2]string
+	Notes  []string
+	Charts []template.HTML
+}
+
+func fmtInt(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func fmtRate(f float64) string { return fmtInt(int(math.Round(f))) + "/s" }
+
+func fmtMs(f float64) string {
+	switch {
+	case f >= 100:
+		return fmt.Sprintf("%.0f ms", f)
+	case f >= 10:
+		return fmt.Sprintf("%.1f ms", f)
+	default:
+		return fmt.Sprintf("%.2f ms", f)
+	}
+}
+
+func fmtSummary(s Summary) string {
+	if s.Count == 0 {
+		return "no samples"
+	}
+	return fmt.Sprintf("p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (n=%s)",
+		fmtMs(s.P50), fmtMs(s.P90), fmtMs(s.P99), fmtMs(s.P999), fmtMs(s.Max), fmtInt(s.Count))
+}
+
+func fmtErrors(total int, kinds map[string]int) string {
+	if total == 0 {
+		return "0"
+	}
+	var parts []string
+	for _, k := range sortedKinds(kinds) {
+		parts = append(parts, fmt.Sprintf("%s %s", k, fmtInt(kinds[k])))
+	}
+	return fmtInt(total) + " (" + strings.Join(parts, ", ") + ")"
+}
+
+func (r *Report) sections(withCharts bool) []section {
+	var out []section
+	m := r.Machine
+	out = append(out, section{Title: "run", Rows: [][2]string{
+		{"run", r.RunID + "  " + r.StartedAt.Format(time.RFC3339) + "  (" + fmt.Sprintf("%.0f s", r.FinishedAt.Sub(r.StartedAt).Seconds()) + ")"},
+		{"clockd", r.Addr},
+		{"machine", fmt.Sprintf("%d CPUs %s, %.1f GiB RAM, %s, %s, %s", m.NProc, m.CPUModel, m.MemTotalMiB/1024, m.Kernel, m.OSArch, m.GoVersion)},
+		{"load average at start", m.LoadAvg + "  (clockd, MySQL, RabbitMQ and clockbench share this machine; anything else running skews the figures)"},
+		{"scenarios", strings.Join(r.Scenarios, ",")},
+	}})
+	if b := r.Backlog; b != nil {
+		s := section{Title: "backlog", Rows: [][2]string{
+			{"application", b.Application},
+			{"target", fmtInt(b.Target) + " pending clocks"},
+		}}
+		if b.Skipped {
+			s.Rows = append(s.Rows, [2]string{"insert", "skipped"})
+		} else {
+			s.Rows = append(s.Rows,
+				[2]string{"inserted", fmt.Sprintf("%s new + %s already present, from index %s, in %.1f s = %s",
+					fmtInt(b.Inserted), fmtInt(b.Present), fmtInt(b.ResumedFrom), b.ElapsedS, fmtRate(b.Rate))},
+				[2]string{"errors", fmtErrors(b.Errors, b.ErrorKinds)})
+		}
+		s.Notes = append(s.Notes, b.Note)
+		s.Notes = append(s.Notes, b.ErrorSamples...)
+		out = append(out, s)
+	}
+	if b := r.Broker; b != nil {
+		s := section{Title: "broker ceiling", Rows: [][2]string{
+			{"what", fmt.Sprintf("persistent mandatory publishes, %d channel(s), confirm window %d, %d-byte body, durable queue drained by a consumer", b.Publishers, b.Window, b.BodyBytes)},
+			{"confirmed", fmt.Sprintf("%s in %.1f s = %s", fmtInt(b.Acked), b.ElapsedS, fmtRate(b.Rate))},
+			{"nacked/returned/unconfirmed", fmt.Sprintf("%d / %d / %d", b.Nacked, b.Returned, b.Unconfirm)},
+			{"publish->consume", fmtSummary(b.HopLatency)},
+		}, Notes: b.Notes}
+		if withCharts {
+			s.Charts = append(s.Charts, svgTimeline("broker: messages per second", b.Timeline))
+		}
+		out = append(out, s)
+	}
+	for _, x := range []struct {
+		title string
+		c     *CreateResult
+	}{{"create (single clock)", r.Create}, {"batch create", r.Batch}} {
+		c := x.c
+		if c == nil {
+			continue
+		}
+		dur := time.Duration(c.DurationS * float64(time.Second)).String()
+		what := fmt.Sprintf("%d clients for %s", c.Clients, dur)
+		lat := "request latency"
+		if c.BatchSize > 0 {
+			what = fmt.Sprintf("%d clients x %d clocks per batch for %s", c.Clients, c.BatchSize, dur)
+			lat = "batch request latency"
+		}
+		s := section{Title: x.title, Rows: [][2]string{
+			{"what", what},
+			{"created", fmt.Sprintf("%s clocks in %.1f s = %s (%s requests/s)", fmtInt(c.Clocks), c.ElapsedS, fmtRate(c.Rate), fmtInt(int(math.Round(c.RequestRate))))},
+			{lat, fmtSummary(c.Latency)},
+			{"errors", fmtErrors(c.Errors, c.ErrorKinds)},
+		}, Notes: append([]string{c.Note}, c.ErrorSamples...)}
+		if withCharts {
+			s.Charts = append(s.Charts, svgTimeline(x.title+": clocks created per second", c.Timeline))
+			if len(c.LatencyHist) > 0 {
+				s.Charts = append(s.Charts, svgHistogram(x.title+": request latency", c.LatencyHist))
+			}
+		}
+		out = append(out, s)
+	}
+	for _, x := range []struct {
+		title string
+		g     *RingResult
+	}{{"ring", r.Ring}, {"hot second", r.Hot}} {
+		g := x.g
+		if g == nil {
+			continue
+		}
+		verdict := "OK"
+		if g.Early > 0 || g.Lost > 0 {
+			verdict = "FAIL"
+		}
+		rr := fmtRate(g.RingRate)
+		if g.RingRatePctBroker > 0 {
+			rr += fmt.Sprintf(" (%.0f%% of the broker ceiling)", g.RingRatePctBroker)
+		}
+		s := section{Title: x.title, Rows: [][2]string{
+			{"what", fmt.Sprintf("%s clocks due %s .. %s (%.1f s, target %s), application %s",
+				fmtInt(g.N), g.FirstDue.Format("15:04:05.000"), g.LastDue.Format("15:04:05.000"), g.SpanS, fmtRate(g.TargetRate), g.Application)},
+			{"create phase", fmt.Sprintf("%s created in %.2f s = %s, lead %.2f s, errors %s",
+				fmtInt(g.Created), g.CreateS, fmtRate(g.CreateRate), g.LeadS, fmtErrors(g.CreateErrors, g.CreateKinds))},
+			{"received", fmt.Sprintf("%s of %s (%s deliveries), first %.3f s / last %.3f s after the first ring time",
+				fmtInt(g.Received), fmtInt(g.Created), fmtInt(g.Deliveries), g.FirstReceiptS, g.LastReceiptS)},
+			{"ring rate", rr},
+			{"lateness", fmtSummary(g.Lateness)},
+			{"early / lost / duplicates", fmt.Sprintf("%d / %d / %d   %s", g.Early, g.Lost, g.Duplicates, verdict)},
+			{"retried (attempt > 1)", fmtInt(g.Retried)},
+			{"marked rung", g.RungCheck},
+		}}
+		if len(g.Anomalies) > 0 {
+			s.Rows = append(s.Rows, [2]string{"message anomalies", fmtErrors(sumKinds(g.Anomalies), g.Anomalies)})
+		}
+		if len(g.LostStatus) > 0 {
+			s.Rows = append(s.Rows, [2]string{"lost clocks by status", fmtErrors(sumKinds(g.LostStatus), g.LostStatus)})
+		}
+		s.Notes = append(s.Notes, g.Notes...)
+		s.Notes = append(s.Notes, g.EarlySamples...)
+		s.Notes = append(s.Notes, g.LostSamples...)
+		s.Notes = append(s.Notes, g.AnomalySamples...)
+		s.Notes = append(s.Notes, g.CreateSamples...)
+		if withCharts {
+			s.Charts = append(s.Charts, svgTimeline(x.title+": clocks per second (created, due, received)", g.Timeline))
+			if len(g.LatenessHist) > 0 {
+				s.Charts = append(s.Charts, svgHistogram(x.title+": lateness (receipt - ring_at)", g.LatenessHist))
+			}
+		}
+		out = append(out, s)
+	}
+	if r.RSS != nil {
+		s := section{Title: "clockd memory", Rows: [][2]string{{"pid", strconv.Itoa(r.RSS.PID)}, {"max RSS", fmt.Sprintf("%.1f MiB", r.RSS.MaxMiB)}}}
+		for _, k := range sortedFloatKeys(r.RSS.ByScenario) {
+			s.Rows = append(s.Rows, [2]string{"max RSS during " + k, fmt.Sprintf("%.1f MiB", r.RSS.ByScenario[k])})
+		}
+		s.Notes = r.RSS.Notes
+		out = append(out, s)
+	}
+	if len(r.CPU) > 0 {
+		s := section{Title: "CPU (percent of one core; machine: of all cores)"}
+		for _, name := range scenarioOrder {
+			if u, ok := r.CPU[name]; ok {
+				v := fmt.Sprintf("machine %3.0f%%  clockbench %3.0f%%", u.Machine, u.Clockbench)
+				if r.RSS != nil {
+					v += fmt.Sprintf("  clockd %3.0f%%", u.Clockd)
+				}
+				s.Rows = append(s.Rows, [2]string{name, v + "  load " + u.LoadAvg})
+			}
+		}
+		out = append(out, s)
+	}
+	if len(r.Targets) > 0 {
+		s := section{Title: "targets (issue 5)"}
+		for _, t := range r.Targets {
+			v := "met"
+			if !t.Met {
+				v = "MISSED"
+			}
+			s.Rows = append(s.Rows, [2]string{t.Figure, fmt.Sprintf("%-7s %s (target %s)", v, t.Measured, t.Target)})
+		}
+		out = append(out, s)
+	}
+	if len(r.Failures) > 0 || len(r.Errors) > 0 {
+		s := section{Title: "FAILED"}
+		for _, f := range r.Failures {
+			s.Rows = append(s.Rows, [2]string{"failure", f})
+		}
+		for _, e := range r.Errors {
+			s.Rows = append(s.Rows, [2]string{"error", e})
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func sumKinds(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// writeText prints the human-readable report.
+func (r *Report) writeText(w io.Writer) error {
+	var b strings.Builder
+	for _, s := range r.sections(false) {
+		fmt.Fprintf(&b, "\n== %s ==\n", s.Title)
+		width := 0
+		for _, row := range s.Rows {
+			width = max(width, len(row[0]))
+		}
+		for _, row := range s.Rows {
+			fmt.Fprintf(&b, "  %-*s  %s\n", width, row[0], row[1])
+		}
+		for _, n := range s.Notes {
+			if n != "" {
+				fmt.Fprintf(&b, "  - %s\n", n)
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeJSON writes the report as indented JSON.
+func (r *Report) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+var pageTmpl = template.Must(template.New("page").Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>clockbench {{.Report.RunID}}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}
+h1{font-size:1.4em} h2{font-size:1.15em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;font-size:.92em} td{padding:.15em .8em .15em 0;vertical-align:top}
+td:first-child{color:#555;white-space:nowrap} ul{font-size:.85em;color:#444}
+.chart{margin:.8em 0} .fail{color:#b00;font-weight:bold}
+</style></head><body>
+<h1>clockbench report {{.Report.RunID}}</h1>
+{{range .Sections}}<h2{{if eq .Title "FAILED"}} class="fail"{{end}}>{{.Title}}</h2>
+<table>{{range .Rows}}<tr><td>{{index . 0}}</td><td>{{index . 1}}</td></tr>{{end}}</table>
+{{if .Notes}}<ul>{{range .Notes}}{{if .}}<li>{{.}}</li>{{end}}{{end}}</ul>{{end}}
+{{range .Charts}}<div class="chart">{{.}}</div>{{end}}
+{{end}}
+<h2>flags</h2><table>{{range $k, $v := .Report.Flags}}<tr><td>-{{$k}}</td><td>{{$v}}</td></tr>{{end}}</table>
+</body></html>
+`))
+
+// writeHTML writes a self-contained page with inline SVG charts.
+func (r *Report) writeHTML(w io.Writer) error {
+	return pageTmpl.Execute(w, struct {
+		Report   *Report
+		Sections []section
+	}{r, r.sections(true)})
+}
+
+// writeFiles writes report.json and report.html into dir.
+func (r *Report) writeFiles(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, write := range map[string]func(io.Writer) error{"report.json": r.writeJSON, "report.html": r.writeHTML} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		werr := write(f)
+		if err := f.Close(); werr == nil {
+			werr = err
+		}
+		if werr != nil {
+			return fmt.Errorf("write %s: %w", name, werr)
+		}
+	}
+	return nil
+}
+
+// SVG charts
+
+const (
+	chartW, chartH                     = 960, 300
+	padL, padR, padT, padB             = 70, 20, 30, 45
+	plotW, plotH                       = chartW - padL - padR, chartH - padT - padB
+	svgHead                            = `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`
+	axisStyle                          = `stroke="#888" stroke-width="1"`
+	gridStyle                          = `stroke="#e4e4e4" stroke-width="1"`
+	seriesCreate, seriesDue, seriesRcv = "#1f77b4", "#aaaaaa", "#d62728"
+)
+
+var seriesColors = map[string]string{"create": seriesCreate, "due": seriesDue, "ring": seriesRcv, "confirmed": "#2ca02c", "consumed": "#ff7f0e"}
+
+// niceStep returns a round step so that max/step gives about n ticks.
+func niceStep(maxV float64, n int) float64 {
+	if maxV <= 0 {
+		return 1
+	}
+	raw := maxV / float64(n)
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*mag >= raw {
+			return m * mag
+		}
+	}
+	return 10 * mag
+}
+
+func fmtAxis(v float64) string {
+	switch {
+	case v >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'f', -1, 64) + "M"
+	case v >= 1e3:
+		return strconv.FormatFloat(v/1e3, 'f', -1, 64) + "k"
+	default:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+}
+
+// svgTimeline draws every series of a timeline as a rate (events per
+// second) over time.
+func svgTimeline(title string, tl *TimelineJSON) template.HTML {
+	var b strings.Builder
+	fmt.Fprintf(&b, svgHead, chartW, chartH, chartW, chartH)
+	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="13" font-weight="bold">%s</text>`, padL, template.HTMLEscapeString(title))
+	if tl == nil || len(tl.Series) == 0 || len(tl.Series[0].Counts) == 0 {
+		b.WriteString(`<text x="400" y="150">no data</text></svg>`)
+		return template.HTML(b.String())
+	}
+	perSec := 1000 / tl.BucketMs
+	n := len(tl.Series[0].Counts)
+	maxV := 0.0
+	for _, s := range tl.Series {
+		for _, c := range s.Counts {
+			maxV = max(maxV, float64(c)*perSec)
+		}
+	}
+	step := niceStep(maxV, 5)
+	top := math.Max(step, math.Ceil(maxV/step)*step)
+	x := func(i float64) float64 { return padL + i/float64(n)*plotW }
+	y := func(v float64) float64 { return padT + plotH - v/top*plotH }
+	for v := 0.0; v <= top+step/2; v += step {
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" %s/>`, padL, padL+plotW, y(v), y(v), gridStyle)
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s/s</text>`, padL-5, y(v)+4, fmtAxis(v))
+	}
+	totalS := float64(n) * tl.BucketMs / 1000
+	tstep := niceStep(totalS, 10)
+	for t := 0.0; t <= totalS+1e-9; t += tstep {
+		xi := x(t * 1000 / tl.BucketMs)
+		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" %s/>`, xi, xi, padT+plotH, padT+plotH+4, axisStyle)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%ss</text>`, xi, padT+plotH+16, strconv.FormatFloat(t, 'f', -1, 64))
+	}
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" %s/>`, padL, padL+plotW, padT+plotH, padT+plotH, axisStyle)
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" %s/>`, padL, padL, padT, padT+plotH, axisStyle)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">time since the scenario started (%.0f ms buckets)</text>`, padL+plotW/2, chartH-8, tl.BucketMs)
+	// the schedule ("due") first, so that what was measured is drawn over it
+	series := slices.Clone(tl.Series)
+	slices.SortStableFunc(series, func(a, b Series) int {
+		return cmp.Compare(boolInt(a.Name != "due"), boolInt(b.Name != "due"))
+	})
+	for k, s := range series {
+		color := seriesColors[s.Name]
+		if color == "" {
+			color = "#9467bd"
+		}
+		var pts strings.Builder
+		for i, c := range s.Counts {
+			// a step line: flat across each bucket
+			v := y(float64(c) * perSec)
+			fmt.Fprintf(&pts, "%.1f,%.1f %.1f,%.1f ", x(float64(i)), v, x(float64(i+1)), v)
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, color, strings.TrimSpace(pts.String()))
+		lx := padL + plotW - 130
+		ly := padT + 10 + 16*k
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/>`, lx, lx+20, ly, ly, color)
+		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`, lx+26, ly+4, template.HTMLEscapeString(s.Name))
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// svgHistogram draws log-scaled buckets as equal-width bars with a log
+// count axis, so that the tail stays visible.
+func svgHistogram(title string, buckets []Bucket) template.HTML {
+	var b strings.Builder
+	fmt.Fprintf(&b, svgHead, chartW, chartH, chartW, chartH)
+	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="13" font-weight="bold">%s (log-scaled buckets, log count axis)</text>`, padL, template.HTMLEscapeString(title))
+	if len(buckets) == 0 {
+		b.WriteString(`<text x="400" y="150">no data</text></svg>`)
+		return template.HTML(b.String())
+	}
+	maxC := 0
+	for _, k := range buckets {
+		maxC = max(maxC, k.Count)
+	}
+	top := math.Ceil(math.Log10(float64(maxC) + 1))
+	top = math.Max(top, 1)
+	y := func(c int) float64 { return padT + plotH - math.Log10(float64(c)+1)/top*plotH }
+	for p := 0.0; p <= top; p++ {
+		v := math.Pow(10, p)
+		yy := padT + plotH - math.Log10(v+1)/top*plotH
+		if p == 0 {
+			yy = padT + plotH
+			v = 0
+		}
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" %s/>`, padL, padL+plotW, yy, yy, gridStyle)
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`, padL-5, yy+4, fmtAxis(v))
+	}
+	bw := float64(plotW) / float64(len(buckets))
+	labelEvery := int(math.Ceil(float64(len(buckets)) / 16))
+	for i, k := range buckets {
+		x0 := padL + float64(i)*bw
+		color := "#1f77b4"
+		label := fmtEdge(k.Lo)
+		if k.Hi <= 0 {
+			color, label = "#d62728", "early"
+		}
+		yy := y(k.Count)
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s .. %s ms: %d</title></rect>`,
+			x0+1, yy, math.Max(bw-2, 1), padT+plotH-yy, color, fmtEdge(k.Lo), fmtEdge(k.Hi), k.Count)
+		if i%labelEvery == 0 || k.Hi <= 0 {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, x0, padT+plotH+16, label)
+		}
+	}
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" %s/>`, padL, padL+plotW, padT+plotH, padT+plotH, axisStyle)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">milliseconds (bucket lower edge)</text>`, padL+plotW/2, chartH-8)
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// fmtEdge formats a bucket edge in ms, or in seconds from 1 s on.
+func fmtEdge(v float64) string {
+	if math.Abs(v) >= 1000 {
+		return strconv.FormatFloat(v/1000, 'g', 3, 64) + "s"
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

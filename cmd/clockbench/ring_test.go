@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/clockd/clockd/internal/testenv"
+)
+
+// fakeClockd is a minimal stand-in for clockd: it accepts creates and
+// publishes each clock at its ring time the way the SPEC says. fault, when
+// set, can make a clock ring early ("early"), never ("drop") or twice
+// ("dup").
+type fakeClockd struct {
+	t        *testing.T
+	exchange string
+	fault    func(bid string) string
+
+	mu     sync.Mutex
+	ch     *amqp.Channel
+	nextID int64
+	timers []*time.Timer
+}
+
+type fakeClock struct {
+	Application string `json:"application"`
+	BusinessID  string `json:"business_id"`
+	Payload     string `json:"payload"`
+	RingAt      string `json:"ring_at"`
+	MaxAttempts int    `json:"max_attempts"`
+}
+
+func startFake(t *testing.T, url, exchange string, fault func(string) string) *httptest.Server {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(exchange, "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeClockd{t: t, exchange: exchange, fault: fault, ch: ch}
+	srv := httptest.NewServer(f)
+	t.Cleanup(func() {
+		srv.Close()
+		f.mu.Lock()
+		for _, tm := range f.timers {
+			tm.Stop()
+		}
+		f.mu.Unlock()
+		_ = ch.ExchangeDelete(exchange, false, false)
+		conn.Close()
+	})
+	return srv
+}
+
+func (f *fakeClockd) create(c fakeClock) (map[string]any, error) {
+	ringAt, err := time.Parse(time.RFC3339Nano, c.RingAt)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	id := f.nextID
+	fault := ""
+	if f.fault != nil {
+		fault = f.fault(c.BusinessID)
+	}
+	publish := func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		_ = f.ch.Publish(f.exchange, c.Application, true, false, amqp.Publishing{
+			ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: strconv.FormatInt(id, 10),
+			Timestamp: time.Now(), Body: []byte(c.Payload),
+			Headers: amqp.Table{"x-clock-application": c.Application, "x-clock-business-id": c.BusinessID,
+				"x-clock-ring-at": ringAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"), "x-clock-attempt": int32(1)},
+		})
+	}
+	at := time.Until(ringAt)
+	switch fault {
+	case "drop":
+	case "early":
+		f.timers = append(f.timers, time.AfterFunc(at-50*time.Millisecond, publish))
+	case "dup":
+		f.timers = append(f.timers, time.AfterFunc(at, publish), time.AfterFunc(at+time.Millisecond, publish))
+	default:
+		f.timers = append(f.timers, time.AfterFunc(at, publish))
+	}
+	return map[string]any{"id": id, "application": c.Application, "business_id": c.BusinessID, "status": "pending"}, nil
+}
+
+func (f *fakeClockd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.URL.Path == "/readyz":
+		fmt.Fprint(w, "{}")
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/clocks":
+		var c fakeClock
+		if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		out, err := f.create(c)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		w.WriteHeader(201)
+		_ = json.NewEncoder(w).Encode(out)
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/clocks/batch":
+		var req struct {
+			Clocks []fakeClock `json:"clocks"`
+		}
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		var results []map[string]any
+		for _, c := range req.Clocks {
+			out, err := f.create(c)
+			if err != nil {
+				results = append(results, map[string]any{"status": 400, "error": map[string]string{"code": "invalid_argument", "message": err.Error()}})
+				continue
+			}
+			results = append(results, map[string]any{"status": 201, "clock": out})
+		}
+		b, _ := json.Marshal(map[string]any{"results": results})
+		_, _ = w.Write(b)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/clocks":
+		fmt.Fprint(w, `{"clocks":[],"next":""}`)
+	default:
+		w.WriteHeader(404)
+		fmt.Fprint(w, `{"error":{"code":"not_found","message":"no such clock"}}`)
+	}
+}
+
+func TestRingScenarioAgainstFake(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	exchange := testenv.Name("clockbench_x_")
+	faults := map[string]string{"r5": "early", "r7": "drop", "r9": "dup"}
+	srv := startFake(t, url, exchange, func(bid string) string { return faults[bid] })
+	cfg := testConfig(t, "-addr", srv.URL, "-amqp", url, "-exchange", exchange,
+		"-n", "300", "-span", "600ms", "-lead", "500ms", "-grace", "1s", "-settle", "200ms", "-batch-size", "100")
+	a := newAPI(cfg.addr, 8, 10*time.Second)
+	defer a.close()
+	res, err := runRing(context.Background(), cfg, a, testenv.Name("bench-"), false, 0, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Created != 300 || res.Received != 299 || res.Early != 1 || res.Lost != 1 || res.Duplicates != 1 {
+		t.Errorf("created %d received %d early %d lost %d duplicates %d, want 300 299 1 1 1",
+			res.Created, res.Received, res.Early, res.Lost, res.Duplicates)
+	}
+	if res.Lateness.Count != 299 || res.Lateness.Min >= 0 || res.Lateness.P50 < 0 {
+		t.Errorf("lateness %+v", res.Lateness)
+	}
+	if len(res.Anomalies) != 0 {
+		t.Errorf("anomalies %v %q", res.Anomalies, res.AnomalySamples)
+	}
+	if res.LostStatus["get 404"] != 1 {
+		t.Errorf("lost status %v", res.LostStatus)
+	}
+	if res.RingRate <= 0 || res.Timeline == nil || len(res.LatenessHist) == 0 {
+		t.Errorf("rate %v timeline %v hist %v", res.RingRate, res.Timeline, res.LatenessHist)
+	}
+}
+
+func TestRunAgainstFake(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	exchange := testenv.Name("clockbench_x_")
+	srv := startFake(t, url, exchange, nil)
+	out := filepath.Join(t.TempDir(), "bench-out")
+	args := []string{"-scenario", "create,batch,ring,hot,broker", "-exchange", exchange, "-out", out,
+		"-duration", "300ms", "-clients", "4", "-batch-size", "50", "-batch-clients", "2",
+		"-n", "200", "-span", "300ms", "-lead", "400ms", "-hot-n", "500", "-grace", "1s", "-settle", "100ms",
+		"-rss-pid", strconv.Itoa(os.Getpid())}
+	env := map[string]string{"CLOCKD_ADDR": srv.URL, "CLOCKD_AMQP_URL": url}
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"== create (single clock) ==", "== batch create ==", "== ring ==", "== hot second ==", "== broker ceiling ==", "== clockd memory ==", "0 / 0 / 0   OK"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Ring == nil || rep.Hot == nil || rep.Create == nil || rep.Batch == nil || rep.Broker == nil || rep.RSS == nil {
+		t.Fatalf("report lacks a scenario: %s", b)
+	}
+	if rep.Hot.Received != 500 || rep.Ring.Received != 200 || rep.Create.Clocks == 0 || rep.Batch.Clocks == 0 {
+		t.Errorf("hot %d ring %d create %d batch %d", rep.Hot.Received, rep.Ring.Received, rep.Create.Clocks, rep.Batch.Clocks)
+	}
+	if rep.Hot.FirstDue.Nanosecond() != 0 {
+		t.Errorf("hot second starts at %v, not on a whole second", rep.Hot.FirstDue)
+	}
+	if rep.Machine.NProc == 0 || rep.Machine.MemTotalMiB == 0 || rep.Flags["n"] != "200" {
+		t.Errorf("machine %+v flags %v", rep.Machine, rep.Flags)
+	}
+	if rep.RSS.MaxMiB <= 0 {
+		t.Errorf("rss %+v", rep.RSS)
+	}
+}
+
+func TestRunFailsOnEarlyRing(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	exchange := testenv.Name("clockbench_x_")
+	srv := startFake(t, url, exchange, func(bid string) string {
+		if bid == "r3" {
+			return "early"
+		}
+		return ""
+	})
+	args := []string{"-addr", srv.URL, "-amqp", url, "-scenario", "ring", "-exchange", exchange, "-out", "",
+		"-n", "50", "-span", "200ms", "-lead", "300ms", "-grace", "1s", "-settle", "100ms"}
+	var stdout bytes.Buffer
+	err := run(context.Background(), args, func(string) string { return "" }, &stdout, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "1 clocks rang early") {
+		t.Errorf("run = %v, want an early-ring failure\n%s", err, stdout.String())
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	env := map[string]string{"CLOCKD_ADDR": "127.0.0.1:9999/", "CLOCKD_AMQP_URL": "amqp://u:secret@h:5672/"}
+	cfg, err := parseConfig([]string{"-scenario", "hot, ring,broker"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.addr != "http://127.0.0.1:9999" || cfg.amqpURL != "amqp://u:secret@h:5672/" {
+		t.Errorf("addr %q amqp %q", cfg.addr, cfg.amqpURL)
+	}
+	if strings.Join(cfg.scenarios, ",") != "broker,ring,hot" {
+		t.Errorf("scenarios %v", cfg.scenarios)
+	}
+	if strings.Contains(cfg.flags["amqp"], "secret") {
+		t.Errorf("password in the report: %q", cfg.flags["amqp"])
+	}
+	all := testConfig(t)
+	if strings.Join(all.scenarios, ",") != "broker,create,batch,ring,hot" || all.clients != 64 || all.batchSize != 500 || all.n != 50000 {
+		t.Errorf("defaults: %+v", all)
+	}
+	for _, args := range [][]string{
+		{"-scenario", "nope"}, {"-batch-size", "1001"}, {"-clients", "0"}, {"-span", "0s"}, {"extra"},
+	} {
+		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("parseConfig(%q) accepted", args)
+		}
+	}
+	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, io.Discard); err != nil {
+		t.Errorf("-h: %v", err)
+	}
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// CPUUse is the CPU used during one scenario, in percent of one core.
+type CPUUse struct {
+	Machine    float64 `json:"machine_busy_pct"` // of all cores: 100 = every core busy
+	Clockd     float64 `json:"clockd_pct,omitempty"`
+	Clockbench float64 `json:"clockbench_pct"`
+	LoadAvg    string  `json:"loadavg_end"`
+}
+
+// cpuMark is a reading of the CPU counters.
+type cpuMark struct {
+	at          time.Time
+	total, idle float64 // jiffies of all cores, from /proc/stat
+	self, pid   float64 // utime+stime jiffies
+}
+
+const jiffy = 0.01 // USER_HZ is 100 on Linux
+
+func readCPU(pid int) cpuMark {
+	m := cpuMark{at: time.Now()}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+		for i := 1; i < len(f) && i <= 8; i++ {
+			v, _ := strconv.ParseFloat(f[i], 64)
+			m.total += v
+			if i == 4 || i == 5 {
+				m.idle += v
+			}
+		}
+	}
+	m.self = procTicks("self")
+	if pid > 0 {
+		m.pid = procTicks(strconv.Itoa(pid))
+	}
+	return m
+}
+
+// procTicks returns utime+stime of /proc/<which>/stat in jiffies.
+func procTicks(which string) float64 {
+	b, err := os.ReadFile("/proc/" + which + "/stat")
+	if err != nil {
+		return 0
+	}
+	// the command name may hold spaces: fields start after the last ')'
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return u + st
+}
+
+// cpuBetween returns the CPU use between two marks.
+func cpuBetween(a, b cpuMark, pid int) CPUUse {
+	wall := b.at.Sub(a.at).Seconds()
+	u := CPUUse{}
+	if d := b.total - a.total; d > 0 {
+		u.Machine = 100 * (1 - (b.idle-a.idle)/d)
+	}
+	if wall > 0 {
+		u.Clockbench = 100 * (b.self - a.self) * jiffy / wall
+		if pid > 0 {
+			u.Clockd = 100 * (b.pid - a.pid) * jiffy / wall
+		}
+	}
+	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(l))
+		if len(f) >= 3 {
+			u.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
+	return u
+}
+
+// RSSResult is the resident memory of the clockd process during the run.
+type RSSResult struct {
+	PID        int                `json:"pid"`
+	MaxMiB     float64            `json:"max_mib"`
+	LastMiB    float64            `json:"last_mib"`
+	Samples    int                `json:"samples"`
+	ByScenario map[string]float64 `json:"max_mib_by_scenario,omitempty"`
+	Notes      []string           `json:"notes,omitempty"`
+}
+
+// rssSampler reads VmRSS of a process every 100 ms.
+type rssSampler struct {
+	mu       sync.Mutex
+	res      RSSResult
+	phaseMax float64
+	stopc    chan struct{}
+	done     chan struct{}
+}
+
+func startRSS(pid int) *rssSampler {
+	s := &rssSampler{res: RSSResult{PID: pid, ByScenario: map[string]float64{}}, stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			s.sample()
+			select {
+			case <-s.stopc:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *rssSampler) sample() {
+	mib, err := readRSS(s.res.PID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if len(s.res.Notes) == 0 {
+			s.res.Notes = append(s.res.Notes, "sampling stopped working: "+err.Error())
+		}
+		return
+	}
+	s.res.Samples++
+	s.res.LastMiB = mib
+	s.res.MaxMiB = max(s.res.MaxMiB, mib)
+	s.phaseMax = max(s.phaseMax, mib)
+}
+
+// phase records the maximum since the previous call under name.
+func (s *rssSampler) phase(name string) {
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.res.ByScenario[name] = s.phaseMax
+	s.phaseMax = 0
+}
+
+// resetPhase starts a new phase.
+func (s *rssSampler) resetPhase() {
+	s.mu.Lock()
+	s.phaseMax = 0
+	s.mu.Unlock()
+	s.sample()
+}
+
+func (s *rssSampler) stop() *RSSResult {
+	close(s.stopc)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.res
+	return &r
+}
+
+// readRSS returns VmRSS of pid in MiB.
+func readRSS(pid int) (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			fields := strings.Fields(rest) // "123456 kB"
+			if len(fields) < 1 {
+				break
+			}
+			kb, err := strconv.ParseFloat(fields[0], 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb / 1024, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+func sortedFloatKeys(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
