@@ -195,6 +195,8 @@ func registerStatusGauge(reg prometheus.Registerer, store *mysql.Store, log *slo
 		}
 		counts, last = c, time.Now()
 	}
+	refreshing = true
+	go refresh() // so that the first scrape has figures
 	for _, st := range []alarm.Status{alarm.StatusPending, alarm.StatusFiring, alarm.StatusRung, alarm.StatusCancelled, alarm.StatusExpired, alarm.StatusDead} {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "clockd_clocks", Help: "Clocks in the table per status (refreshed at most every 30 s).",

@@ -206,6 +206,24 @@ func isRetryable(err error) bool {
 	return false
 }
 
+// execRetry runs a statement, again when InnoDB chose it as a deadlock
+// victim or its lock wait timed out (it was rolled back; nothing applied).
+func (s *Store) execRetry(ctx context.Context, q string, args ...any) error {
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		if _, err = s.db.ExecContext(ctx, q, args...); err == nil || !isLockConflict(err) {
+			return err
+		}
+		time.Sleep(time.Duration(attempt+1) * 2 * time.Millisecond)
+	}
+	return err
+}
+
+func isLockConflict(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
 func isDuplicate(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1062

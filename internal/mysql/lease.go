@@ -58,8 +58,18 @@ const leaseUntil = "COALESCE((SELECT i.expires_at FROM clock_instance i WHERE i.
 
 // RenewLeases extends every lease the owner holds and returns them.
 func (s *Store) RenewLeases(ctx context.Context, owner string, ttl time.Duration) ([]alarm.Lease, error) {
-	if _, err := s.db.ExecContext(ctx, "UPDATE clock_shard SET lease_until = "+leaseUntil+", update_time = "+dbNowMS+" WHERE owner = ?",
-		owner, ttl.Milliseconds(), owner); err != nil {
+	held, err := s.leasesOf(ctx, owner)
+	if err != nil || len(held) == 0 {
+		return held, err
+	}
+	// By primary key: a WHERE on the unindexed owner column would lock every
+	// lease row it scans and deadlock with other instances' claims.
+	args := []any{owner, ttl.Milliseconds(), owner}
+	for _, l := range held {
+		args = append(args, l.Shard)
+	}
+	if err := s.execRetry(ctx, "UPDATE clock_shard SET lease_until = "+leaseUntil+", update_time = "+dbNowMS+
+		" WHERE owner = ? AND shard IN ("+placeholders(len(held))+")", args...); err != nil {
 		return nil, fmt.Errorf("renew leases: %w", mapErr(err))
 	}
 	return s.leasesOf(ctx, owner)
@@ -81,9 +91,22 @@ func (s *Store) leasesOf(ctx context.Context, owner string) ([]alarm.Lease, erro
 // with a new epoch, and returns all leases the owner now holds.
 func (s *Store) AcquireLeases(ctx context.Context, owner string, n int, ttl time.Duration) ([]alarm.Lease, error) {
 	if n > 0 {
-		if _, err := s.db.ExecContext(ctx, `UPDATE clock_shard SET owner = ?, epoch = epoch + 1, lease_until = `+leaseUntil+`, update_time = `+dbNowMS+`
-			WHERE owner IS NULL OR lease_until <= `+dbNowMS+` ORDER BY shard LIMIT ?`, owner, owner, ttl.Milliseconds(), n); err != nil {
+		// Find candidates without locking, then take them by primary key,
+		// checking again that they are free: only those rows get locked.
+		var free []int
+		if err := s.db.SelectContext(ctx, &free, "SELECT shard FROM clock_shard WHERE owner IS NULL OR lease_until <= "+dbNowMS+
+			" ORDER BY shard LIMIT ?", n); err != nil {
 			return nil, fmt.Errorf("acquire leases: %w", mapErr(err))
+		}
+		if len(free) > 0 {
+			args := []any{owner, owner, ttl.Milliseconds()}
+			for _, sh := range free {
+				args = append(args, sh)
+			}
+			if err := s.execRetry(ctx, `UPDATE clock_shard SET owner = ?, epoch = epoch + 1, lease_until = `+leaseUntil+`, update_time = `+dbNowMS+`
+				WHERE shard IN (`+placeholders(len(free))+`) AND (owner IS NULL OR lease_until <= `+dbNowMS+`)`, args...); err != nil {
+				return nil, fmt.Errorf("acquire leases: %w", mapErr(err))
+			}
 		}
 	}
 	return s.leasesOf(ctx, owner)
