@@ -69,12 +69,8 @@ func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, i
 	}
 	b.WriteString(") AND c.id IN (" + placeholders(len(ids)) + ")")
 	args = append(args, idArgs(ids)...)
-	res, err := s.db.ExecContext(ctx, b.String(), args...)
-	if err != nil {
+	if err := s.execRetry(ctx, b.String(), args...); err != nil {
 		return nil, fmt.Errorf("claim %d clocks: %w", len(ids), mapErr(err))
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return nil, nil
 	}
 	var rows []row
 	q := "SELECT " + clockCols + " FROM clock WHERE id IN (" + placeholders(len(ids)) + ") AND status = 'firing' AND claim_token = ?"
@@ -88,27 +84,58 @@ func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, i
 	return out, nil
 }
 
-// MarkRung records confirmed rings.
-func (s *Store) MarkRung(ctx context.Context, ids []int64, at time.Time) error {
+// Release puts back to pending those of ids that a claim with the given
+// token left firing. A claim whose answer was lost (connection cut, timeout)
+// may still have been applied; its clocks must not wait for the firing
+// timeout.
+func (s *Store) Release(ctx context.Context, token int64, ids []int64, now time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	q := `UPDATE clock SET status = 'rung', rung_at = ?, attempts = attempts + 1, claim_token = NULL, update_time = ?
-		WHERE status = 'firing' AND id IN (` + placeholders(len(ids)) + ")"
-	if _, err := s.db.ExecContext(ctx, q, append([]any{ms(at), ms(at)}, idArgs(ids)...)...); err != nil {
+	q := `UPDATE clock SET status = 'pending', claim_token = NULL, update_time = ?
+		WHERE status = 'firing' AND claim_token = ? AND id IN (` + placeholders(len(ids)) + ")"
+	if _, err := s.db.ExecContext(ctx, q, append([]any{ms(now), token}, idArgs(ids)...)...); err != nil {
+		return fmt.Errorf("release %d clocks of a lost claim: %w", len(ids), mapErr(err))
+	}
+	return nil
+}
+
+// The writes below record what became of claimed clocks. They are fenced
+// by claim token: a write applies only to rows still firing under one of
+// the given claims, so that an instance that lost a shard, recording late,
+// cannot overwrite the claim of the shard's new owner (which would leave a
+// clock rung by the new owner pending, or put its claimed clock back).
+
+// fence is the WHERE clause of a fenced write and its arguments.
+func fence(ids, tokens []int64) (string, []any) {
+	if len(tokens) == 0 {
+		tokens = []int64{-1} // matches nothing
+	}
+	args := append(idArgs(ids), idArgs(tokens)...)
+	return " WHERE status = 'firing' AND id IN (" + placeholders(len(ids)) + ") AND claim_token IN (" + placeholders(len(tokens)) + ")", args
+}
+
+// MarkRung records confirmed rings of clocks claimed with the given tokens.
+func (s *Store) MarkRung(ctx context.Context, ids, tokens []int64, at time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	where, args := fence(ids, tokens)
+	q := "UPDATE clock SET status = 'rung', rung_at = ?, attempts = attempts + 1, claim_token = NULL, update_time = ?" + where
+	if _, err := s.db.ExecContext(ctx, q, append([]any{ms(at), ms(at)}, args...)...); err != nil {
 		return fmt.Errorf("mark %d clocks rung: %w", len(ids), mapErr(err))
 	}
 	return nil
 }
 
-// Fail records failed attempts: each clock goes back to pending with its
-// next try, or becomes expired or dead.
-func (s *Store) Fail(ctx context.Context, outs []alarm.Outcome, now time.Time) error {
+// Fail records failed attempts of clocks claimed with the given tokens:
+// each goes back to pending with its next try, or becomes expired or dead.
+func (s *Store) Fail(ctx context.Context, outs []alarm.Outcome, tokens []int64, now time.Time) error {
 	if len(outs) == 0 {
 		return nil
 	}
 	var b strings.Builder
-	args := make([]any, 0, 7*len(outs)+2)
+	args := make([]any, 0, 7*len(outs)+len(tokens)+2)
 	b.WriteString("UPDATE clock SET status = CASE id")
 	for _, o := range outs {
 		b.WriteString(" WHEN ? THEN ?")
@@ -128,14 +155,15 @@ func (s *Store) Fail(ctx context.Context, outs []alarm.Outcome, now time.Time) e
 		b.WriteString(" WHEN ? THEN ?")
 		args = append(args, o.ID, alarm.TrimError(o.Error))
 	}
-	b.WriteString(" END, attempts = attempts + 1, claim_token = NULL, update_time = ? WHERE status = 'firing' AND id IN (")
+	b.WriteString(" END, attempts = attempts + 1, claim_token = NULL, update_time = ?")
 	args = append(args, ms(now))
 	ids := make([]int64, len(outs))
 	for i, o := range outs {
 		ids[i] = o.ID
 	}
-	b.WriteString(placeholders(len(ids)) + ")")
-	args = append(args, idArgs(ids)...)
+	where, wargs := fence(ids, tokens)
+	b.WriteString(where)
+	args = append(args, wargs...)
 	if _, err := s.db.ExecContext(ctx, b.String(), args...); err != nil {
 		return fmt.Errorf("record %d failed attempts: %w", len(outs), mapErr(err))
 	}
@@ -144,22 +172,23 @@ func (s *Store) Fail(ctx context.Context, outs []alarm.Outcome, now time.Time) e
 
 // Expire marks firing clocks expired without an attempt: their
 // latest_ring_at passed before they could be published.
-func (s *Store) Expire(ctx context.Context, ids []int64, now time.Time) error {
-	return s.setFiring(ctx, "expire", ids, "status = 'expired', last_error = 'latest_ring_at passed before it could ring'", now)
+func (s *Store) Expire(ctx context.Context, ids, tokens []int64, now time.Time) error {
+	return s.setFiring(ctx, "expire", ids, tokens, "status = 'expired', last_error = 'latest_ring_at passed before it could ring'", now)
 }
 
 // Unclaim puts firing clocks back to pending untouched (no attempt was
 // made: the broker was unavailable or the lease was lost before publish).
-func (s *Store) Unclaim(ctx context.Context, ids []int64, now time.Time) error {
-	return s.setFiring(ctx, "unclaim", ids, "status = 'pending'", now)
+func (s *Store) Unclaim(ctx context.Context, ids, tokens []int64, now time.Time) error {
+	return s.setFiring(ctx, "unclaim", ids, tokens, "status = 'pending'", now)
 }
 
-func (s *Store) setFiring(ctx context.Context, verb string, ids []int64, set string, now time.Time) error {
+func (s *Store) setFiring(ctx context.Context, verb string, ids, tokens []int64, set string, now time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	q := "UPDATE clock SET " + set + ", claim_token = NULL, update_time = ? WHERE status = 'firing' AND id IN (" + placeholders(len(ids)) + ")"
-	if _, err := s.db.ExecContext(ctx, q, append([]any{ms(now)}, idArgs(ids)...)...); err != nil {
+	where, args := fence(ids, tokens)
+	q := "UPDATE clock SET " + set + ", claim_token = NULL, update_time = ?" + where
+	if _, err := s.db.ExecContext(ctx, q, append([]any{ms(now)}, args...)...); err != nil {
 		return fmt.Errorf("%s %d clocks: %w", verb, len(ids), mapErr(err))
 	}
 	return nil

@@ -32,7 +32,8 @@ type loader struct {
 	backID     int64
 	backDone   bool
 	lastFull   time.Time
-	movedBack  uint64 // bumped when offer moves the live cursor back
+	movedBack  uint64 // bumped when the live cursor moves back (offer, reset)
+	backReset  uint64 // bumped when the backlog cursor moves back (reset)
 
 	capped atomic.Bool // a class hit its quota on the last pass
 	wake   chan struct{}
@@ -73,6 +74,10 @@ func (l *loader) reset() {
 	l.backAt, l.backID = time.UnixMilli(math.MinInt64/2), 0
 	l.backDone = false
 	l.lastFull = time.Now()
+	// a load running meanwhile (reset is called by the lease keeper too)
+	// must not move the cursors forward again when its query ends
+	l.movedBack++
+	l.backReset++
 }
 
 func (l *loader) run(ctx context.Context) {
@@ -133,7 +138,7 @@ func (l *loader) load(ctx context.Context) error {
 	// backlog: overdue when the shard was acquired
 	for {
 		l.mu.Lock()
-		done, at, id := l.backDone, l.backAt, l.backID
+		done, at, id, gen := l.backDone, l.backAt, l.backID, l.backReset
 		l.mu.Unlock()
 		if done {
 			break
@@ -150,6 +155,10 @@ func (l *loader) load(ctx context.Context) error {
 		}
 		l.m.q.Add(ring.Backlog, rows...)
 		l.mu.Lock()
+		if l.backReset != gen {
+			l.mu.Unlock()
+			continue // reset while the query ran: start over
+		}
 		if len(rows) > 0 {
 			last := rows[len(rows)-1]
 			l.backAt, l.backID = last.At, last.ID
@@ -181,8 +190,8 @@ func (l *loader) load(ctx context.Context) error {
 		l.m.q.Add(ring.Live, rows...)
 		l.mu.Lock()
 		if l.movedBack != moved {
-			// offer moved the cursor back while the query ran, for a clock
-			// the query may not have seen: keep it there, read again.
+			// offer or reset moved the cursor back while the query ran,
+			// for clocks the query may not have seen: keep it, read again.
 			l.mu.Unlock()
 			continue
 		}

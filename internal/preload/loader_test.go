@@ -116,3 +116,52 @@ func TestOfferDuringLoadIsNotSkipped(t *testing.T) {
 			ld.liveAt.Sub(t0), ld.liveID == math.MaxInt64)
 	}
 }
+
+// The lease keeper resets a loader's cursors (a full rescan) when the local
+// lease reckoning lapsed and is renewed, since the ring loop dropped the
+// clocks it could not claim meanwhile. A load running at that moment must
+// not move the cursors forward again when its query ends.
+func TestResetDuringLoadIsNotLost(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var nowMu sync.Mutex
+	now := t0
+	clock := func() time.Time { nowMu.Lock(); defer nowMu.Unlock(); return now }
+	st := &loadStore{}
+	st.insert(alarm.Due{ID: 1, At: t0.Add(1500 * time.Millisecond)})
+	q := ring.NewQueue()
+	m := New(Config{Shards: 1, Window: 10 * time.Second, HeapCap: 1000, Batch: 100, Now: clock}, st, q)
+	ld := &loader{m: m, shard: 0, boundary: t0, wake: make(chan struct{}, 1)}
+	ld.reset()
+	m.loaders[0] = ld
+	if err := ld.load(context.Background()); err != nil || !q.Has(1) {
+		t.Fatalf("first load: %v, clock 1 in memory: %v", err, q.Has(1))
+	}
+	q.Remove(1) // the ring loop popped it and could not claim it: dropped
+
+	nowMu.Lock()
+	now = now.Add(time.Second)
+	nowMu.Unlock()
+	hold := make(chan struct{})
+	st.mu.Lock()
+	st.hold, st.started = hold, make(chan struct{})
+	started := st.started
+	st.mu.Unlock()
+	done := make(chan error)
+	go func() { done <- ld.load(context.Background()) }()
+	<-started // reading (t0+10s, t0+11s]
+	ld.reset()
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !q.Has(1) {
+		if err := ld.load(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !q.Has(1) {
+		ld.mu.Lock()
+		defer ld.mu.Unlock()
+		t.Errorf("the rescan asked for during a load was lost: live cursor at t0+%v", ld.liveAt.Sub(t0))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sort"
@@ -18,10 +19,16 @@ import (
 // Store is what the ring loop needs of MySQL.
 type Store interface {
 	Claim(ctx context.Context, owner string, leases []alarm.Lease, ids []int64, token int64, until, now time.Time) ([]alarm.Clock, error)
-	MarkRung(ctx context.Context, ids []int64, at time.Time) error
-	Fail(ctx context.Context, outs []alarm.Outcome, now time.Time) error
-	Expire(ctx context.Context, ids []int64, now time.Time) error
-	Unclaim(ctx context.Context, ids []int64, now time.Time) error
+	// Release puts back to pending those of ids that a claim with token
+	// left firing (a claim that failed may have been applied).
+	Release(ctx context.Context, token int64, ids []int64, now time.Time) error
+	// The outcome writes apply only to clocks still firing under one of
+	// the given claim tokens (fencing: a previous owner of a shard that
+	// records late must not overwrite the claim of the new owner).
+	MarkRung(ctx context.Context, ids, tokens []int64, at time.Time) error
+	Fail(ctx context.Context, outs []alarm.Outcome, tokens []int64, now time.Time) error
+	Expire(ctx context.Context, ids, tokens []int64, now time.Time) error
+	Unclaim(ctx context.Context, ids, tokens []int64, now time.Time) error
 }
 
 // Ring is one message to publish: a claimed clock and its attempt number.
@@ -55,7 +62,7 @@ type Config struct {
 	ResultLabel func(error) string // names a publish error in metrics
 	Logger      *slog.Logger
 	Registerer  prometheus.Registerer
-	Now         func() time.Time
+	Clock       Clock // nil: the real clock
 }
 
 // Loop claims due clocks, publishes them at their time and records the
@@ -67,11 +74,12 @@ type Loop struct {
 	pub   Publisher
 	feed  Feeder
 	log   *slog.Logger
-	now   func() time.Time
+	clk   Clock
 
 	mu       sync.Mutex
 	armed    minHeap           // claimed clocks waiting for their deadline
 	clocks   map[int64]claimed // armed clocks by id
+	tokens   map[int64]int64   // claim token of every clock in flight
 	inFlight int
 	slots    chan struct{} // signalled when in-flight drops
 	armWake  chan struct{}
@@ -82,7 +90,15 @@ type Loop struct {
 
 	sem chan struct{} // publish concurrency
 
+	lost []lostClaim // claims of unknown outcome, released before the next claim (claimer only)
+
 	m metrics
+}
+
+// lostClaim is a claim that failed: MySQL may have applied it anyway.
+type lostClaim struct {
+	token int64
+	dues  []alarm.Due
 }
 
 // claimed is a clock this loop claimed, with the lease epoch of the claim.
@@ -125,15 +141,16 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock{}
 	}
 	if cfg.ResultLabel == nil {
 		cfg.ResultLabel = func(error) string { return "error" }
 	}
 	l := &Loop{
-		cfg: cfg, q: q, store: store, pub: pub, feed: feed, log: cfg.Logger, now: cfg.Now,
+		cfg: cfg, q: q, store: store, pub: pub, feed: feed, log: cfg.Logger, clk: cfg.Clock,
 		clocks:  map[int64]claimed{},
+		tokens:  map[int64]int64{},
 		slots:   make(chan struct{}, 1),
 		armWake: make(chan struct{}, 1),
 		doneSig: make(chan struct{}, 1),
@@ -178,6 +195,11 @@ func (l *Loop) Run(ctx context.Context) error {
 	go func() { defer workers.Done(); l.claimer(ctx) }()
 	go func() { defer workers.Done(); l.firer(ctx) }()
 	workers.Wait()
+	relCtx, cancelRel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := l.releaseLost(relCtx, false); err != nil {
+		l.log.Warn("clocks of a failed claim left firing; the next owner of their shards recovers them", "err", err)
+	}
+	cancelRel()
 	// publishers still running finish and report
 	for i := 0; i < cap(l.sem); i++ {
 		l.sem <- struct{}{}
@@ -196,10 +218,36 @@ func (l *Loop) Run(ctx context.Context) error {
 	return nil
 }
 
+// releaseLost puts back to pending the clocks of the claims of unknown
+// outcome and offers them to the feeder again (they may have been dropped
+// from memory meanwhile, and a rescan does not see clocks left firing).
+func (l *Loop) releaseLost(ctx context.Context, offer bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for len(l.lost) > 0 {
+		lc := l.lost[0]
+		ids := make([]int64, len(lc.dues))
+		for i, d := range lc.dues {
+			ids[i] = d.ID
+		}
+		if err := l.store.Release(ctx, lc.token, ids, l.clk.Now()); err != nil {
+			return fmt.Errorf("release the clocks of a failed claim: %w", err)
+		}
+		l.lost = l.lost[1:]
+		if offer {
+			for _, d := range lc.dues {
+				l.feed.Offer(d)
+			}
+		}
+	}
+	return nil
+}
+
 // drainRecorder waits until everything reported is recorded (bounded).
 func (l *Loop) drainRecorder(ctx context.Context) {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	limit := l.clk.NewTimer(10 * time.Second)
+	defer limit.Stop()
+	for {
 		l.mu.Lock()
 		n := l.inFlight
 		l.mu.Unlock()
@@ -209,19 +257,21 @@ func (l *Loop) drainRecorder(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(5 * time.Millisecond):
+		case <-l.slots: // finished() signals it; the claimer is gone
+		case <-limit.C():
+			l.log.Warn("shutdown left clocks firing; the next owner of their shards recovers them", "clocks", n)
+			return
 		}
 	}
-	l.log.Warn("shutdown left clocks firing; the next owner of their shards recovers them")
 }
 
 func (l *Loop) sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+	t := l.clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }
@@ -229,7 +279,7 @@ func (l *Loop) sleep(ctx context.Context, d time.Duration) bool {
 // claimer moves due clocks from the queue to the armed set, claiming them
 // in MySQL a little ahead of their deadline.
 func (l *Loop) claimer(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
+	timer := l.clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	failures := 0
 	for ctx.Err() == nil {
@@ -245,6 +295,18 @@ func (l *Loop) claimer(ctx context.Context) {
 			}
 			continue
 		}
+		if len(l.lost) > 0 {
+			if err := l.releaseLost(ctx, true); err != nil {
+				failures++
+				if failures == 1 || failures%100 == 0 {
+					l.log.Warn("claims paused until MySQL answers", "err", err, "failures", failures)
+				}
+				if !l.sleep(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)) {
+					return
+				}
+				continue
+			}
+		}
 		if err := l.pub.Ready(); err != nil {
 			// no broker: leave clocks pending rather than claim what cannot ring
 			if !l.sleep(ctx, 50*time.Millisecond) {
@@ -252,7 +314,7 @@ func (l *Loop) claimer(ctx context.Context) {
 			}
 			continue
 		}
-		now := l.now()
+		now := l.clk.Now()
 		at, ok := l.q.Earliest()
 		if !ok || at.After(now.Add(l.cfg.ClaimAhead)) {
 			wait := time.Hour
@@ -263,14 +325,8 @@ func (l *Loop) claimer(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-timer.C:
+			case <-timer.C():
 			case <-l.q.Wake():
-				if !timer.Stop() {
-					select {
-					case <-timer.C:
-					default:
-					}
-				}
 			}
 			continue
 		}
@@ -280,11 +336,8 @@ func (l *Loop) claimer(ctx context.Context) {
 		}
 		if err := l.claim(ctx, dues, now); err != nil {
 			failures++
-			for _, d := range dues {
-				l.feed.Offer(d)
-			}
 			if failures == 1 || failures%100 == 0 {
-				l.log.Warn("claim failed; ringing paused until MySQL answers", "clocks", len(dues), "err", err, "failures", failures)
+				l.log.Warn("claim failed; ringing paused until it works", "clocks", len(dues), "err", err, "failures", failures)
 			}
 			if !l.sleep(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)) {
 				return
@@ -298,11 +351,16 @@ func (l *Loop) claimer(ctx context.Context) {
 	}
 }
 
+// claim claims dues in MySQL and arms what it got. When MySQL fails, the
+// dues are offered back to the feeder (and the claim is remembered as
+// lost, see releaseLost). Dues of shards whose lease is not
+// valid at the moment are dropped: when the shard is lost its new owner
+// loads them; when the local reckoning of the lease lapsed and is renewed,
+// the feeder rescans the shard. Offering them back instead would have them
+// popped again at once, ahead of the clocks of other shards.
 func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error {
-	ids := make([]int64, len(dues))
 	shardSet := map[int]bool{}
-	for i, d := range dues {
-		ids[i] = d.ID
+	for _, d := range dues {
 		shardSet[d.Shard] = true
 	}
 	shards := make([]int, 0, len(shardSet))
@@ -311,13 +369,35 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error
 	}
 	sort.Ints(shards)
 	leases := l.feed.Leases(shards)
-	if len(leases) == 0 {
-		return nil // shards lost meanwhile: their new owner loads them
+	held := make(map[int]int64, len(leases))
+	for _, ls := range leases {
+		held[ls.Shard] = ls.Epoch
+	}
+	ids := make([]int64, 0, len(dues))
+	for _, d := range dues {
+		if _, ok := held[d.Shard]; ok {
+			ids = append(ids, d.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	got, err := l.store.Claim(cctx, l.feed.Owner(), leases, ids, rand.Int64(), now.Add(l.cfg.ClaimAhead), now)
+	token := rand.Int64()
+	got, err := l.store.Claim(cctx, l.feed.Owner(), leases, ids, token, now.Add(l.cfg.ClaimAhead), now)
 	if err != nil {
+		// The claim may have been applied: the claimer releases it before
+		// it claims again, else its clocks stay firing until the firing
+		// timeout. Until then they wait in memory.
+		lc := lostClaim{token: token}
+		for _, d := range dues {
+			if _, ok := held[d.Shard]; ok {
+				lc.dues = append(lc.dues, d)
+				l.feed.Offer(d)
+			}
+		}
+		l.lost = append(l.lost, lc)
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			return nil
 		}
@@ -328,13 +408,10 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error
 	if len(got) == 0 {
 		return nil
 	}
-	epochs := make(map[int]int64, len(leases))
-	for _, ls := range leases {
-		epochs[ls.Shard] = ls.Epoch
-	}
 	l.mu.Lock()
 	for _, c := range got {
-		l.clocks[c.ID] = claimed{Clock: c, epoch: epochs[c.Shard]}
+		l.clocks[c.ID] = claimed{Clock: c, epoch: held[c.Shard]}
+		l.tokens[c.ID] = token
 		heap.Push(&l.armed, &entry{due: alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt}})
 	}
 	l.inFlight += len(got)
@@ -346,10 +423,10 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error
 // firer publishes armed clocks when their deadline comes: one timer for the
 // earliest, never a fixed poll.
 func (l *Loop) firer(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
+	timer := l.clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		now := l.now()
+		now := l.clk.Now()
 		l.mu.Lock()
 		var batch []claimed
 		for len(l.armed) > 0 && len(batch) < l.cfg.ClaimBatch && !l.armed[0].due.At.After(now) {
@@ -370,14 +447,8 @@ func (l *Loop) firer(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
+		case <-timer.C():
 		case <-l.armWake:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
 		}
 	}
 }
@@ -421,7 +492,7 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 	go func() {
 		defer func() { <-l.sem }()
 		errs := l.pub.Publish(context.WithoutCancel(ctx), rings)
-		at := l.now()
+		at := l.clk.Now()
 		var rung []int64
 		var failed []alarm.Outcome
 		var failedClocks []alarm.Clock
@@ -494,20 +565,29 @@ const recordChunk = 1000
 
 // record writes r, removing from it what is written, so a retry resumes.
 func (l *Loop) record(ctx context.Context, r *results) error {
-	now := l.now()
+	now := l.clk.Now()
 	for len(r.rung) > 0 {
 		n := min(len(r.rung), recordChunk)
-		if err := l.store.MarkRung(ctx, r.rung[:n], r.rungAt); err != nil {
+		ids := r.rung[:n]
+		toks, used := l.tokensOf(ids)
+		if err := l.store.MarkRung(ctx, ids, toks, r.rungAt); err != nil {
 			return err
 		}
+		l.forget(ids, used)
 		r.rung = r.rung[n:]
 		l.finished(n)
 	}
 	for len(r.failed) > 0 {
 		n := min(len(r.failed), recordChunk)
-		if err := l.store.Fail(ctx, r.failed[:n], now); err != nil {
+		ids := make([]int64, n)
+		for i, o := range r.failed[:n] {
+			ids[i] = o.ID
+		}
+		toks, used := l.tokensOf(ids)
+		if err := l.store.Fail(ctx, r.failed[:n], toks, now); err != nil {
 			return err
 		}
+		l.forget(ids, used)
 		for i, o := range r.failed[:n] {
 			if o.Status == alarm.StatusPending {
 				l.feed.Offer(alarm.Due{ID: o.ID, Shard: r.failCls[i].Shard, At: o.NextTryAt})
@@ -518,9 +598,12 @@ func (l *Loop) record(ctx context.Context, r *results) error {
 	}
 	for len(r.expired) > 0 {
 		n := min(len(r.expired), recordChunk)
-		if err := l.store.Expire(ctx, r.expired[:n], now); err != nil {
+		ids := r.expired[:n]
+		toks, used := l.tokensOf(ids)
+		if err := l.store.Expire(ctx, ids, toks, now); err != nil {
 			return err
 		}
+		l.forget(ids, used)
 		r.expired = r.expired[n:]
 		l.finished(n)
 	}
@@ -530,9 +613,11 @@ func (l *Loop) record(ctx context.Context, r *results) error {
 		for i, c := range r.unclaim[:n] {
 			ids[i] = c.ID
 		}
-		if err := l.store.Unclaim(ctx, ids, now); err != nil {
+		toks, used := l.tokensOf(ids)
+		if err := l.store.Unclaim(ctx, ids, toks, now); err != nil {
 			return err
 		}
+		l.forget(ids, used)
 		for _, c := range r.unclaim[:n] {
 			l.feed.Offer(alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt})
 		}
@@ -540,6 +625,35 @@ func (l *Loop) record(ctx context.Context, r *results) error {
 		l.finished(n)
 	}
 	return nil
+}
+
+// tokensOf returns the distinct claim tokens of ids, and each id's token.
+func (l *Loop) tokensOf(ids []int64) (distinct, each []int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	each = make([]int64, len(ids))
+	seen := map[int64]bool{}
+	for i, id := range ids {
+		tok := l.tokens[id]
+		each[i] = tok
+		if !seen[tok] {
+			seen[tok] = true
+			distinct = append(distinct, tok)
+		}
+	}
+	return distinct, each
+}
+
+// forget drops the claim tokens of recorded clocks (unless the clock was
+// claimed again meanwhile).
+func (l *Loop) forget(ids, used []int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, id := range ids {
+		if l.tokens[id] == used[i] {
+			delete(l.tokens, id)
+		}
+	}
 }
 
 func (l *Loop) finished(n int) {

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clockd/clockd/internal/httpapi"
+	"github.com/clockd/clockd/internal/testenv"
+)
+
+// Failed attempts: a ring no queue takes is retried with backoff, visible
+// through GET, until a queue is bound; past latest_ring_at a clock expires;
+// after max_attempts it is dead, and a replay rings it.
+func TestRingFailedAttempts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := testenv.StartClockd(t, e.vars(map[string]string{"CLOCKD_RETRY_MIN": "200ms", "CLOCKD_RETRY_MAX": "1s"}))
+	ctx := context.Background()
+	create := func(t *testing.T, app, bid string, extra map[string]any) (httpapi.Clock, time.Time) {
+		t.Helper()
+		at := time.Now().Add(500 * time.Millisecond).UTC().Truncate(time.Millisecond)
+		c := postClocks(t, d, []ringSpec{{App: app, BusinessID: bid, RingAt: at, Extra: extra}})[0]
+		return c, at
+	}
+	// failed waits for at least n failed attempts and checks what GET shows.
+	failed := func(t *testing.T, app, bid string, n int) httpapi.Clock {
+		t.Helper()
+		c := waitClock(t, d, app, bid, 15*time.Second, "failed at least twice", func(c httpapi.Clock) bool { return c.Attempts >= n })
+		if c.LastError == nil || !strings.Contains(*c.LastError, "unroutable") {
+			t.Errorf("last_error %v, want the unroutable ring", c.LastError)
+		}
+		if c.RungAt != nil {
+			t.Errorf("rung_at %v on a clock that never rang", *c.RungAt)
+		}
+		return c
+	}
+
+	t.Run("unroutable is retried until a queue is bound", func(t *testing.T) {
+		t.Parallel()
+		_, ringAt := create(t, "unbound", "u-1", nil)
+		c := failed(t, "unbound", "u-1", 2)
+		if c.Status != "pending" && c.Status != "firing" {
+			t.Errorf("status %s while retrying, want pending", c.Status)
+		}
+		if next, _ := time.Parse(time.RFC3339Nano, c.NextTryAt); c.Status == "pending" && !next.After(ringAt) {
+			t.Errorf("next_try_at %s not after ring_at %s while retrying", c.NextTryAt, ringAt)
+		}
+		cons := testenv.Consume(t, e.AMQP, e.Exchange, "unbound")
+		if !cons.WaitDistinct(1, 10*time.Second) {
+			t.Fatal("not delivered within 10s after binding a queue")
+		}
+		r := cons.Rings()[0]
+		if a := attemptOf(r.Delivery); a < 2 {
+			t.Errorf("x-clock-attempt %d on the delivery after failed attempts, want > 1", a)
+		}
+		if !r.RingAt.Equal(ringAt) {
+			t.Errorf("x-clock-ring-at %v, want the original ring_at %v", r.RingAt, ringAt)
+		}
+		c = waitClock(t, d, "unbound", "u-1", 5*time.Second, "rung", func(c httpapi.Clock) bool { return c.Status == "rung" })
+		if c.Attempts != attemptOf(r.Delivery) {
+			t.Errorf("attempts %d after the ring, x-clock-attempt was %d", c.Attempts, attemptOf(r.Delivery))
+		}
+	})
+
+	t.Run("expired past latest_ring_at, never delivered", func(t *testing.T) {
+		t.Parallel()
+		latestAt := time.Now().Add(2 * time.Second).UTC().Truncate(time.Millisecond)
+		_, ringAt := create(t, "expiring", "x-1", map[string]any{"latest_ring_at": latestAt.Format(time.RFC3339Nano)})
+		c := waitClock(t, d, "expiring", "x-1", 15*time.Second, "expired", func(c httpapi.Clock) bool { return c.Status == "expired" })
+		if c.Attempts < 1 || c.LastError == nil {
+			t.Errorf("expired clock: attempts %d last_error %v, want the failed attempts recorded", c.Attempts, c.LastError)
+		}
+		if time.Since(latestAt) > 3*time.Second {
+			t.Errorf("expired only %v after latest_ring_at", time.Since(latestAt))
+		}
+		if at, _ := time.Parse(time.RFC3339Nano, c.RingAt); !at.Equal(ringAt) {
+			t.Errorf("ring_at %s, want %v", c.RingAt, ringAt)
+		}
+		cons := testenv.Consume(t, e.AMQP, e.Exchange, "expiring")
+		time.Sleep(2 * time.Second)
+		if n := len(cons.Rings()); n != 0 {
+			t.Errorf("an expired clock was delivered (%d messages)", n)
+		}
+		if c := getClock(t, d, "expiring", "x-1"); c.Status != "expired" {
+			t.Errorf("status %s, want expired", c.Status)
+		}
+	})
+
+	t.Run("dead after max_attempts, replay rings it", func(t *testing.T) {
+		t.Parallel()
+		_, ringAt := create(t, "dying", "d-1", map[string]any{"max_attempts": 2})
+		c := waitClock(t, d, "dying", "d-1", 15*time.Second, "dead", func(c httpapi.Clock) bool { return c.Status == "dead" })
+		if c.Attempts != 2 || c.LastError == nil || !strings.Contains(*c.LastError, "unroutable") {
+			t.Errorf("dead clock: attempts %d last_error %v, want 2 unroutable attempts", c.Attempts, c.LastError)
+		}
+		cons := testenv.Consume(t, e.AMQP, e.Exchange, "dying")
+		time.Sleep(1500 * time.Millisecond)
+		if n := len(cons.Rings()); n != 0 {
+			t.Fatalf("a dead clock was delivered (%d messages) before its replay", n)
+		}
+		var rc httpapi.Clock
+		code, err := d.Do(ctx, "POST", clockPath("dying", "d-1")+"/replay", nil, &rc)
+		if err != nil || code != http.StatusOK || rc.Status != "pending" {
+			t.Fatalf("replay: %d %v status %q", code, err, rc.Status)
+		}
+		// a replay starts a fresh budget of max_attempts
+		if rc.Attempts != 0 {
+			t.Errorf("attempts %d after replay, want 0", rc.Attempts)
+		}
+		if !cons.WaitDistinct(1, 10*time.Second) {
+			t.Fatal("replayed clock not delivered within 10s")
+		}
+		r := cons.Rings()[0]
+		if a := attemptOf(r.Delivery); a != 1 {
+			t.Errorf("x-clock-attempt %d: the first attempt after a replay, want 1", a)
+		}
+		if !r.RingAt.Equal(ringAt) {
+			t.Errorf("x-clock-ring-at %v, want the original %v", r.RingAt, ringAt)
+		}
+		waitClock(t, d, "dying", "d-1", 5*time.Second, "rung", func(c httpapi.Clock) bool { return c.Status == "rung" })
+	})
+}
