@@ -103,6 +103,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ClaimAhead: cfg.Ring.ClaimAhead, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
 		Retry:       ring.Retry{Min: cfg.Ring.RetryMin, Max: cfg.Ring.RetryMax},
 		ResultLabel: publishResult,
+		NotSent:     func(err error) bool { return errors.Is(err, rabbit.ErrNotSent) },
 		Logger:      log, Registerer: reg,
 	}, queue, store, publisher{pub}, feeder)
 

@@ -249,7 +249,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message) []error {
 		return p.failAll(errs, p.errNotConnected)
 	}
 	if reason := s.blockedReason(); reason != "" {
-		return p.failAll(errs, fmt.Errorf("%w: connection blocked by broker: %s", ErrUnavailable, reason))
+		return p.failAll(errs, fmt.Errorf("%w: %w: connection blocked by broker: %s", ErrUnavailable, ErrNotSent, reason))
 	}
 	if err := ctx.Err(); err != nil {
 		return p.failAll(errs, ctxError(err))

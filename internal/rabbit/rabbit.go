@@ -53,6 +53,9 @@ var (
 	// ErrUnavailable: not connected, connection blocked, or connection or
 	// channel lost before the confirm.
 	ErrUnavailable = errors.New("rabbit: broker unavailable")
+	// ErrNotSent comes with ErrUnavailable when the message surely did not
+	// leave this process (not connected, or the connection is blocked).
+	ErrNotSent = errors.New("not connected: message not sent")
 )
 
 // Config configures a Publisher. Zero durations take their defaults.
@@ -161,7 +164,7 @@ func New(cfg Config) (*Publisher, error) {
 		metrics:         m,
 		readyCh:         make(chan struct{}),
 		status:          errors.New("rabbitmq: not connected yet"),
-		errNotConnected: fmt.Errorf("%w: not connected", ErrUnavailable),
+		errNotConnected: fmt.Errorf("%w: %w", ErrUnavailable, ErrNotSent),
 	}, nil
 }
 

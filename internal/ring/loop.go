@@ -60,9 +60,13 @@ type Config struct {
 	Publishers  int // concurrent publish batches
 	Retry       Retry
 	ResultLabel func(error) string // names a publish error in metrics
-	Logger      *slog.Logger
-	Registerer  prometheus.Registerer
-	Clock       Clock // nil: the real clock
+	// NotSent tells a publish error for which the message surely never
+	// reached the broker (not connected): the clock goes back to pending
+	// without counting an attempt.
+	NotSent    func(error) bool
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Clock      Clock // nil: the real clock
 }
 
 // Loop claims due clocks, publishes them at their time and records the
@@ -143,6 +147,9 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = RealClock{}
+	}
+	if cfg.NotSent == nil {
+		cfg.NotSent = func(error) bool { return false }
 	}
 	if cfg.ResultLabel == nil {
 		cfg.ResultLabel = func(error) string { return "error" }
@@ -495,9 +502,15 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 		at := l.clk.Now()
 		var rung []int64
 		var failed []alarm.Outcome
-		var failedClocks []alarm.Clock
+		var failedClocks, notSent []alarm.Clock
 		for i, err := range errs {
 			c := rings[i].Clock
+			if err != nil && l.cfg.NotSent(err) {
+				// never left this process (broker away): no attempt was made
+				l.m.rings.WithLabelValues(l.cfg.ResultLabel(err)).Inc()
+				notSent = append(notSent, c)
+				continue
+			}
 			if err == nil {
 				rung = append(rung, c.ID)
 				if rings[i].Attempt == 1 {
@@ -519,6 +532,7 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 			r.rungAt = at
 			r.failed = append(r.failed, failed...)
 			r.failCls = append(r.failCls, failedClocks...)
+			r.unclaim = append(r.unclaim, notSent...)
 		})
 	}()
 }

@@ -614,3 +614,43 @@ func TestLostClaimReleasedAfterLeaseLapse(t *testing.T) {
 		}
 	})
 }
+
+// A ring that never left the process (broker not connected) is no attempt:
+// the clock goes back to pending with its attempts unchanged, so a broker
+// outage cannot make a max_attempts clock dead, and it rings once the
+// broker is back.
+func TestNotSentIsNoAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		errNotSent := errors.New("not connected")
+		h := newHarness(t, Config{NotSent: func(err error) bool { return errors.Is(err, errNotSent) }})
+		down := true
+		h.pub.result = func(Ring) error {
+			if down {
+				// the connection dropped after the claimer saw it ready
+				h.pub.setReady(errNotSent)
+				return errNotSent
+			}
+			return nil
+		}
+		c := alarm.Clock{ID: 7, RingAt: t0.Add(time.Second), MaxAttempts: 1}
+		h.add(c)
+		h.advance(time.Second)
+		row := h.store.row(7)
+		if row.Status != alarm.StatusPending || row.Attempts != 0 || row.LastError != "" {
+			t.Fatalf("after a not-sent publish: %s, %d attempts, last_error %q; want pending, 0, none", row.Status, row.Attempts, row.LastError)
+		}
+		offers := h.feed.offered()
+		if len(offers) != 1 || offers[0].ID != 7 {
+			t.Fatalf("offered back %+v, want clock 7", offers)
+		}
+		if n := len(h.pub.published()); n != 1 {
+			t.Fatalf("published %d times while the broker was down, want 1", n)
+		}
+		down = false
+		h.pub.setReady(nil)
+		h.advance(100 * time.Millisecond)
+		if row := h.store.row(7); row.Status != alarm.StatusRung || row.Attempts != 1 {
+			t.Fatalf("once the broker is back: %s with %d attempts, want rung with 1", row.Status, row.Attempts)
+		}
+	})
+}
