@@ -16,26 +16,123 @@ import (
 	"github.com/clockd/clockd/internal/alarm"
 )
 
-// createBody is the JSON of a create; raw fields are parsed by hand so that
-// errors name the field and "absent" differs from "null".
+// createBody is the JSON of a create, field by field as raw JSON, so that
+// errors name the field and "absent" (nil) differs from "null".
 type createBody struct {
-	Application  *string         `json:"application"`
-	BusinessID   *string         `json:"business_id"`
-	Payload      *string         `json:"payload"`
-	ContentType  *string         `json:"content_type"`
-	RingAt       json.RawMessage `json:"ring_at"`
-	Delay        json.RawMessage `json:"delay"`
-	LatestRingAt json.RawMessage `json:"latest_ring_at"`
-	MaxAttempts  json.RawMessage `json:"max_attempts"`
+	Application, BusinessID, Payload, ContentType json.RawMessage
+	RingAt, Delay, LatestRingAt, MaxAttempts      json.RawMessage
+}
+
+// field maps an exact JSON key to where its value goes.
+func (b *createBody) field(k string) *json.RawMessage {
+	switch k {
+	case "application":
+		return &b.Application
+	case "business_id":
+		return &b.BusinessID
+	case "payload":
+		return &b.Payload
+	case "content_type":
+		return &b.ContentType
+	case "ring_at":
+		return &b.RingAt
+	case "delay":
+		return &b.Delay
+	case "latest_ring_at":
+		return &b.LatestRingAt
+	case "max_attempts":
+		return &b.MaxAttempts
+	}
+	return nil
 }
 
 // patchBody is the JSON of a reschedule.
 type patchBody struct {
-	RingAt       json.RawMessage `json:"ring_at"`
-	Delay        json.RawMessage `json:"delay"`
-	Payload      *string         `json:"payload"`
-	LatestRingAt json.RawMessage `json:"latest_ring_at"`
-	MaxAttempts  json.RawMessage `json:"max_attempts"`
+	RingAt, Delay, Payload, LatestRingAt, MaxAttempts json.RawMessage
+}
+
+func (b *patchBody) field(k string) *json.RawMessage {
+	switch k {
+	case "ring_at":
+		return &b.RingAt
+	case "delay":
+		return &b.Delay
+	case "payload":
+		return &b.Payload
+	case "latest_ring_at":
+		return &b.LatestRingAt
+	case "max_attempts":
+		return &b.MaxAttempts
+	}
+	return nil
+}
+
+// decodeObject reads exactly one JSON object in one pass: every key must be
+// one that field knows, spelled exactly (encoding/json would match it
+// case-insensitively) and given once (it would keep the last silently);
+// each value's raw JSON goes where field says.
+func decodeObject(data []byte, field func(string) *json.RawMessage) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return jsonError(err)
+	}
+	if tok != json.Delim('{') {
+		return badField("body", "must be a JSON object")
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return jsonError(err)
+		}
+		k, _ := tok.(string)
+		dst := field(k)
+		if dst == nil {
+			return unknownField(k)
+		}
+		if *dst != nil {
+			return badField(k, "is given more than once")
+		}
+		if err := dec.Decode(dst); err != nil {
+			return jsonError(err)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badField("body", "has data after the JSON object")
+	}
+	return nil
+}
+
+// stringField reads a string field; nil when absent or null.
+func stringField(field string, raw json.RawMessage) (*string, error) {
+	if raw == nil || isNull(raw) {
+		return nil, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, badField(field, "must be a string, not %s", jsonKind(raw))
+	}
+	return &s, nil
+}
+
+// jsonKind names the kind of a JSON value for error messages.
+func jsonKind(raw json.RawMessage) string {
+	switch t := bytes.TrimSpace(raw); {
+	case len(t) == 0:
+		return "nothing"
+	case t[0] == '{':
+		return "object"
+	case t[0] == '[':
+		return "array"
+	case t[0] == '"':
+		return "string"
+	case t[0] == 't' || t[0] == 'f':
+		return "bool"
+	}
+	return "number"
 }
 
 func badField(field, format string, args ...any) error {
@@ -222,11 +319,7 @@ func parseWhen(ringAt, delay json.RawMessage) (alarm.When, error) {
 
 // DecodeCreate parses and validates one create request body.
 func DecodeCreate(data []byte, now time.Time, lim alarm.Limits) (alarm.NewClock, error) {
-	var b createBody
-	if err := decodeStrict(data, &b); err != nil {
-		return alarm.NewClock{}, err
-	}
-	in, err := b.input()
+	in, err := decodeCreateInput(data)
 	if err != nil {
 		return alarm.NewClock{}, err
 	}
@@ -235,17 +328,29 @@ func DecodeCreate(data []byte, now time.Time, lim alarm.Limits) (alarm.NewClock,
 
 func (b createBody) input() (alarm.CreateInput, error) {
 	var in alarm.CreateInput
-	if b.Application != nil {
-		in.Application = *b.Application
+	app, err := stringField("application", b.Application)
+	if err != nil {
+		return in, err
 	}
-	if b.BusinessID != nil {
-		in.BusinessID = *b.BusinessID
+	bid, err := stringField("business_id", b.BusinessID)
+	if err != nil {
+		return in, err
 	}
-	in.Payload, in.ContentType = b.Payload, b.ContentType
+	if app != nil {
+		in.Application = *app
+	}
+	if bid != nil {
+		in.BusinessID = *bid
+	}
 	if err := alarm.CheckKey(alarm.Key{Application: in.Application, BusinessID: in.BusinessID}); err != nil {
 		return in, err
 	}
-	var err error
+	if in.Payload, err = stringField("payload", b.Payload); err != nil {
+		return in, err
+	}
+	if in.ContentType, err = stringField("content_type", b.ContentType); err != nil {
+		return in, err
+	}
 	if in.When, err = parseWhen(b.RingAt, b.Delay); err != nil {
 		return in, err
 	}
@@ -264,7 +369,7 @@ func (b createBody) input() (alarm.CreateInput, error) {
 
 func decodeCreateInput(data []byte) (alarm.CreateInput, error) {
 	var b createBody
-	if err := decodeStrict(data, &b); err != nil {
+	if err := decodeObject(data, b.field); err != nil {
 		return alarm.CreateInput{}, err
 	}
 	return b.input()
@@ -273,14 +378,16 @@ func decodeCreateInput(data []byte) (alarm.CreateInput, error) {
 func decodePatch(data []byte) (alarm.PatchInput, error) {
 	var b patchBody
 	var p alarm.PatchInput
-	if err := decodeStrict(data, &b); err != nil {
+	if err := decodeObject(data, b.field); err != nil {
 		return p, err
 	}
 	var err error
 	if p.When, err = parseWhen(b.RingAt, b.Delay); err != nil {
 		return p, err
 	}
-	p.Payload = b.Payload
+	if p.Payload, err = stringField("payload", b.Payload); err != nil {
+		return p, err
+	}
 	if present(b.LatestRingAt) {
 		p.LatestSet = true
 		if p.LatestRingAt, err = parseTime("latest_ring_at", b.LatestRingAt); err != nil {
