@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/clockd/clockd/internal/alarm"
 )
@@ -111,11 +112,26 @@ func stringField(field string, raw json.RawMessage) (*string, error) {
 	if raw == nil || isNull(raw) {
 		return nil, nil
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	s, ok := jsonString(raw)
+	if !ok {
 		return nil, badField(field, "must be a string, not %s", jsonKind(raw))
 	}
 	return &s, nil
+}
+
+// jsonString decodes a JSON string value. The common case, with no escapes
+// and valid UTF-8, is the bytes between the quotes (the decoder has checked
+// the syntax already).
+func jsonString(raw json.RawMessage) (string, bool) {
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' &&
+		bytes.IndexByte(raw[1:n-1], '\\') < 0 && utf8.Valid(raw[1:n-1]) {
+		return string(raw[1 : n-1]), true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // jsonKind names the kind of a JSON value for error messages.
@@ -247,8 +263,8 @@ func parseTime(field string, raw json.RawMessage) (*time.Time, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	s, ok := jsonString(raw)
+	if !ok {
 		return nil, badField(field, "must be an RFC 3339 time string such as \"2026-01-01T10:30:00.000Z\"")
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
@@ -263,8 +279,7 @@ func parseDelay(raw json.RawMessage) (*time.Duration, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
+	if s, ok := jsonString(raw); ok {
 		d, err := time.ParseDuration(s)
 		if err != nil {
 			return nil, badField("delay", "%q is not a duration such as \"30m\" or \"1h30m\"", s)
