@@ -73,6 +73,84 @@ func (b *patchBody) field(k string) *json.RawMessage {
 // case-insensitively) and given once (it would keep the last silently);
 // each value's raw JSON goes where field says.
 func decodeObject(data []byte, field func(string) *json.RawMessage) error {
+	if !json.Valid(data) {
+		return decodeObjectSlow(data, field) // says precisely what is wrong
+	}
+	i := skipSpace(data, 0)
+	if data[i] != '{' {
+		return badField("body", "must be a JSON object")
+	}
+	i = skipSpace(data, i+1)
+	if data[i] == '}' {
+		return nil
+	}
+	for {
+		end := endOfValue(data, i)
+		k, _ := jsonString(data[i:end])
+		i = skipSpace(data, end)
+		i = skipSpace(data, i+1) // ':'
+		end = endOfValue(data, i)
+		dst := field(k)
+		if dst == nil {
+			return unknownField(k)
+		}
+		if *dst != nil {
+			return badField(k, "is given more than once")
+		}
+		*dst = data[i:end:end]
+		i = skipSpace(data, end)
+		if data[i] == '}' {
+			return nil // json.Valid: only white space follows
+		}
+		i = skipSpace(data, i+1) // ','
+	}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// endOfValue returns the index just after the JSON value starting at i, in
+// data already known to be valid JSON.
+func endOfValue(data []byte, i int) int {
+	switch data[i] {
+	case '"':
+		for j := i + 1; ; j++ {
+			switch data[j] {
+			case '\\':
+				j++
+			case '"':
+				return j + 1
+			}
+		}
+	case '{', '[':
+		depth := 0
+		for j := i; ; j++ {
+			switch data[j] {
+			case '"':
+				j = endOfValue(data, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+	}
+	j := i
+	for j < len(data) && !strings.ContainsRune(",}] \t\r\n", rune(data[j])) {
+		j++
+	}
+	return j
+}
+
+// decodeObjectSlow is decodeObject for input that is not valid JSON: it
+// reports what is wrong, field by field where it can.
+func decodeObjectSlow(data []byte, field func(string) *json.RawMessage) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	tok, err := dec.Token()
 	if err != nil {
