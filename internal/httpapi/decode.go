@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -233,75 +231,6 @@ func badField(field, format string, args ...any) error {
 	return &alarm.FieldError{Field: field, Message: fmt.Sprintf(format, args...), Kind: alarm.ErrInvalid}
 }
 
-// decodeStrict decodes exactly one JSON object into v, refusing unknown
-// fields and trailing data.
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badField("body", "has data after the JSON object")
-	}
-	return checkKeys(data, v)
-}
-
-// checkKeys refuses the top-level keys that encoding/json lets through but
-// that are not a field's exact name ("Delay" for "delay": its matching is
-// case-insensitive) or that are given twice (it keeps the last silently).
-func checkKeys(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil // not an object: Decode has judged it already
-	}
-	known := jsonNames(reflect.TypeOf(v))
-	seen := make(map[string]bool, len(known))
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return jsonError(err)
-		}
-		k, _ := tok.(string)
-		if !known[k] {
-			return unknownField(k)
-		}
-		if seen[k] {
-			return badField(k, "is given more than once")
-		}
-		seen[k] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return jsonError(err)
-		}
-	}
-	return nil
-}
-
-var fieldNames sync.Map // reflect.Type -> map[string]bool
-
-// jsonNames returns the JSON names of the fields of the struct t points to.
-func jsonNames(t reflect.Type) map[string]bool {
-	if m, ok := fieldNames.Load(t); ok {
-		return m.(map[string]bool)
-	}
-	st := t
-	for st.Kind() == reflect.Pointer {
-		st = st.Elem()
-	}
-	names := map[string]bool{}
-	if st.Kind() == reflect.Struct {
-		for i := 0; i < st.NumField(); i++ {
-			name, _, _ := strings.Cut(st.Field(i).Tag.Get("json"), ",")
-			if name != "" && name != "-" {
-				names[name] = true
-			}
-		}
-	}
-	fieldNames.Store(t, names)
-	return names
-}
-
 func jsonError(err error) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
@@ -493,4 +422,37 @@ func decodePatch(data []byte) (alarm.PatchInput, error) {
 		}
 	}
 	return p, nil
+}
+
+// batchBody is the JSON of a batch create.
+type batchBody struct {
+	Clocks []json.RawMessage
+}
+
+// decodeBatch reads {"clocks":[...]} and splits the array into its items
+// without decoding them (each is decoded, and judged, on its own).
+func decodeBatch(data []byte) (batchBody, error) {
+	var raw json.RawMessage
+	err := decodeObject(data, func(k string) *json.RawMessage {
+		if k == "clocks" {
+			return &raw
+		}
+		return nil
+	})
+	if err != nil || raw == nil || isNull(raw) {
+		return batchBody{}, err
+	}
+	if raw[0] != '[' {
+		return batchBody{}, badField("clocks", "must be an array of clocks, not %s", jsonKind(raw))
+	}
+	items := []json.RawMessage{}
+	for i := skipSpace(raw, 1); raw[i] != ']'; {
+		end := endOfValue(raw, i)
+		items = append(items, raw[i:end:end])
+		i = skipSpace(raw, end)
+		if raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
+	}
+	return batchBody{Clocks: items}, nil
 }

@@ -68,10 +68,8 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	var b struct {
-		Clocks []json.RawMessage `json:"clocks"`
-	}
-	if err := decodeStrict(data, &b); err != nil {
+	b, err := decodeBatch(data)
+	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
