@@ -311,9 +311,9 @@ func parseDelay(raw json.RawMessage) (*time.Duration, error) {
 }
 
 func parseMaxAttempts(raw json.RawMessage) (*int, error) {
-	var n int64
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(&n); err != nil || isNull(raw) {
+	// raw is one valid JSON value: a JSON integer is exactly what ParseInt takes
+	n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	if err != nil {
 		return nil, badField("max_attempts", "must be a whole number (0 = no limit)")
 	}
 	if n < 0 || n > math.MaxInt32 {
