@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/clockd/clockd/internal/httpapi"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,38 +61,37 @@ Examples:
 }
 
 // printClusterTable prints the instances and their shards as a table and
-// reports whether the answer had a form it understood.
+// reports whether the answer had the form of httpapi.ClusterView.
 func printClusterTable(w io.Writer, data []byte) bool {
-	var body struct {
-		Instances []map[string]json.RawMessage `json:"instances"`
-	}
-	if json.Unmarshal(data, &body) != nil || len(body.Instances) == 0 {
+	var v httpapi.ClusterView
+	if json.Unmarshal(data, &v) != nil || v.Instances == nil {
 		return false
 	}
-	type row struct {
-		name   string
-		shards []int
-	}
-	rows := make([]row, 0, len(body.Instances))
-	for _, inst := range body.Instances {
-		var r row
-		for _, key := range []string{"instance_id", "id", "instance", "name"} {
-			if raw, ok := inst[key]; ok && json.Unmarshal(raw, &r.name) == nil && r.name != "" {
-				break
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INSTANCE\tADDR\tLIVE\tCOUNT\tSHARDS\tLEASES UNTIL")
+	for _, in := range v.Instances {
+		shards := make([]int, len(in.Shards))
+		until := ""
+		for i, sh := range in.Shards {
+			shards[i] = sh.Shard
+			if until == "" || sh.LeaseUntil < until {
+				until = sh.LeaseUntil // the earliest expiry
 			}
 		}
-		raw, ok := inst["shards"]
-		if r.name == "" || !ok || json.Unmarshal(raw, &r.shards) != nil {
-			return false
+		if until == "" {
+			until = "-"
 		}
-		rows = append(rows, r)
+		live := "yes"
+		if !in.Live {
+			live = "no"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", in.InstanceID, in.HTTPAddr, live, len(shards), shardRanges(shards), until)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INSTANCE\tCOUNT\tSHARDS")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", r.name, len(r.shards), shardRanges(r.shards))
+	if err := tw.Flush(); err != nil {
+		return false
 	}
-	return tw.Flush() == nil
+	fmt.Fprintf(w, "%d shards; unowned: %s (database time %s)\n", v.ShardCount, shardRanges(v.Unowned), v.Now)
+	return true
 }
 
 // shardRanges writes shard numbers compactly: [0 1 2 5 7 8] -> "0-2,5,7-8".

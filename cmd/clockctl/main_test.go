@@ -754,7 +754,12 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("missing endpoint:\n%v", r)
 	}
 
-	answer := `{"instances":[{"id":"host-a-1","shards":[0,1,2,5]},{"id":"host-b-2","shards":[3,4,6,7]}],"shards":8}`
+	answer := `{"now":"2026-01-01T10:00:00.000Z","shard_count":10,"instances":[` +
+		`{"instance_id":"host-a-1","http_addr":"10.0.0.1:8080","started_at":"2026-01-01T09:00:00.000Z","expires_at":"2026-01-01T10:00:10.000Z","live":true,"shards":[` +
+		`{"shard":0,"epoch":3,"lease_until":"2026-01-01T10:00:10.000Z"},{"shard":1,"epoch":3,"lease_until":"2026-01-01T10:00:10.000Z"},` +
+		`{"shard":2,"epoch":1,"lease_until":"2026-01-01T10:00:09.000Z"},{"shard":5,"epoch":2,"lease_until":"2026-01-01T10:00:10.000Z"}]},` +
+		`{"instance_id":"host-b-2","http_addr":"10.0.0.2:8080","started_at":"2026-01-01T09:00:00.000Z","expires_at":"2026-01-01T09:59:00.000Z","live":false,"shards":[]}],` +
+		`"unowned_shards":[3,4,6,7,8,9]}`
 	cl := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != "GET" || r.URL.Path != "/v1/cluster" {
 			writeError(w, 404, "not_found", r.Method+" "+r.URL.Path)
@@ -766,7 +771,10 @@ func TestCluster(t *testing.T) {
 	t.Cleanup(cl.Close)
 	r = clockctl(t, cl, "cluster")
 	mustOK(t, r)
-	want := "INSTANCE  COUNT  SHARDS\nhost-a-1  4      0-2,5\nhost-b-2  4      3-4,6-7\n"
+	want := "INSTANCE  ADDR           LIVE  COUNT  SHARDS  LEASES UNTIL\n" +
+		"host-a-1  10.0.0.1:8080  yes   4      0-2,5   2026-01-01T10:00:09.000Z\n" +
+		"host-b-2  10.0.0.2:8080  no    0      -       -\n" +
+		"10 shards; unowned: 3-4,6-9 (database time 2026-01-01T10:00:00.000Z)\n"
 	if r.stdout != want {
 		t.Fatalf("table:\n%s\nwant:\n%s", r.stdout, want)
 	}

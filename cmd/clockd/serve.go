@@ -220,43 +220,26 @@ func clusterView(ctx context.Context, store *mysql.Store) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	type shardJSON struct {
-		Shard      int    `json:"shard"`
-		Epoch      int64  `json:"epoch"`
-		LeaseUntil string `json:"lease_until"`
-	}
-	type instJSON struct {
-		InstanceID string      `json:"instance_id"`
-		HTTPAddr   string      `json:"http_addr"`
-		StartedAt  string      `json:"started_at"`
-		ExpiresAt  string      `json:"expires_at"`
-		Live       bool        `json:"live"`
-		Shards     []shardJSON `json:"shards"`
-	}
-	byOwner := map[string][]shardJSON{}
+	byOwner := map[string][]httpapi.ClusterShard{}
 	var free []int
 	for _, s := range shards {
 		if s.Owner == "" || s.LeaseUntil <= now.UnixMilli() {
 			free = append(free, s.Shard)
 			continue
 		}
-		byOwner[s.Owner] = append(byOwner[s.Owner], shardJSON{s.Shard, s.Epoch, fmtMS(s.LeaseUntil)})
+		byOwner[s.Owner] = append(byOwner[s.Owner], httpapi.ClusterShard{Shard: s.Shard, Epoch: s.Epoch, LeaseUntil: fmtMS(s.LeaseUntil)})
 	}
-	out := struct {
-		Now        string     `json:"now"`
-		ShardCount int        `json:"shard_count"`
-		Instances  []instJSON `json:"instances"`
-		Unowned    []int      `json:"unowned_shards"`
-	}{Now: now.Format(httpapi.TimeFormat), ShardCount: len(shards), Instances: []instJSON{}, Unowned: free}
+	out := httpapi.ClusterView{Now: now.Format(httpapi.TimeFormat), ShardCount: len(shards),
+		Instances: []httpapi.ClusterInstance{}, Unowned: free}
 	if out.Unowned == nil {
 		out.Unowned = []int{}
 	}
 	for _, i := range inst {
 		ss := byOwner[i.InstanceID]
 		if ss == nil {
-			ss = []shardJSON{}
+			ss = []httpapi.ClusterShard{}
 		}
-		out.Instances = append(out.Instances, instJSON{
+		out.Instances = append(out.Instances, httpapi.ClusterInstance{
 			InstanceID: i.InstanceID, HTTPAddr: i.HTTPAddr, StartedAt: fmtMS(i.StartedAt), ExpiresAt: fmtMS(i.ExpiresAt),
 			Live: i.ExpiresAt > now.UnixMilli(), Shards: ss,
 		})

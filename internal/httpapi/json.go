@@ -73,3 +73,29 @@ type BatchResult struct {
 	Clock  *Clock       `json:"clock,omitempty"`
 	Error  *ErrorDetail `json:"error,omitempty"`
 }
+
+// ClusterView is the JSON of GET /v1/cluster: who holds which shard, until
+// when (by the database clock).
+type ClusterView struct {
+	Now        string            `json:"now"`
+	ShardCount int               `json:"shard_count"`
+	Instances  []ClusterInstance `json:"instances"`
+	Unowned    []int             `json:"unowned_shards"`
+}
+
+// ClusterInstance is one clockd instance and the shards it holds.
+type ClusterInstance struct {
+	InstanceID string         `json:"instance_id"`
+	HTTPAddr   string         `json:"http_addr"`
+	StartedAt  string         `json:"started_at"`
+	ExpiresAt  string         `json:"expires_at"`
+	Live       bool           `json:"live"`
+	Shards     []ClusterShard `json:"shards"`
+}
+
+// ClusterShard is one lease.
+type ClusterShard struct {
+	Shard      int    `json:"shard"`
+	Epoch      int64  `json:"epoch"`
+	LeaseUntil string `json:"lease_until"`
+}
