@@ -103,7 +103,9 @@ func (h *Hints) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("channel: %w", err)
 	}
-	if err := ch.ExchangeDeclare(h.exchange, "fanout", false, false, false, false, nil); err != nil {
+	// auto-delete: gone when the last instance's queue is
+	// (tests and renamed exchanges leave nothing behind)
+	if err := ch.ExchangeDeclare(h.exchange, "fanout", false, true, false, false, nil); err != nil {
 		return fmt.Errorf("declare %s: %w", h.exchange, err)
 	}
 	q, err := ch.QueueDeclare("", false, true, true, false, amqp.Table{"x-message-ttl": int32(30000)})
