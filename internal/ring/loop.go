@@ -580,65 +580,72 @@ const recordChunk = 1000
 // record writes r, removing from it what is written, so a retry resumes.
 func (l *Loop) record(ctx context.Context, r *results) error {
 	now := l.clk.Now()
-	for len(r.rung) > 0 {
-		n := min(len(r.rung), recordChunk)
-		ids := r.rung[:n]
-		toks, used := l.tokensOf(ids)
-		if err := l.store.MarkRung(ctx, ids, toks, r.rungAt); err != nil {
-			return err
-		}
-		l.forget(ids, used)
-		r.rung = r.rung[n:]
-		l.finished(n)
+	err := l.write(r.rung, func(ids, toks []int64) error {
+		return l.store.MarkRung(ctx, ids, toks, r.rungAt)
+	}, func(n int) { r.rung = r.rung[n:] })
+	if err != nil {
+		return err
 	}
-	for len(r.failed) > 0 {
-		n := min(len(r.failed), recordChunk)
-		ids := make([]int64, n)
-		for i, o := range r.failed[:n] {
-			ids[i] = o.ID
-		}
-		toks, used := l.tokensOf(ids)
-		if err := l.store.Fail(ctx, r.failed[:n], toks, now); err != nil {
-			return err
-		}
-		l.forget(ids, used)
+	err = l.write(outcomeIDs(r.failed), func(ids, toks []int64) error {
+		return l.store.Fail(ctx, r.failed[:len(ids)], toks, now)
+	}, func(n int) {
 		for i, o := range r.failed[:n] {
 			if o.Status == alarm.StatusPending {
 				l.feed.Offer(alarm.Due{ID: o.ID, Shard: r.failCls[i].Shard, At: o.NextTryAt})
 			}
 		}
 		r.failed, r.failCls = r.failed[n:], r.failCls[n:]
-		l.finished(n)
+	})
+	if err != nil {
+		return err
 	}
-	for len(r.expired) > 0 {
-		n := min(len(r.expired), recordChunk)
-		ids := r.expired[:n]
-		toks, used := l.tokensOf(ids)
-		if err := l.store.Expire(ctx, ids, toks, now); err != nil {
-			return err
-		}
-		l.forget(ids, used)
-		r.expired = r.expired[n:]
-		l.finished(n)
+	err = l.write(r.expired, func(ids, toks []int64) error {
+		return l.store.Expire(ctx, ids, toks, now)
+	}, func(n int) { r.expired = r.expired[n:] })
+	if err != nil {
+		return err
 	}
-	for len(r.unclaim) > 0 {
-		n := min(len(r.unclaim), recordChunk)
-		ids := make([]int64, n)
-		for i, c := range r.unclaim[:n] {
-			ids[i] = c.ID
-		}
-		toks, used := l.tokensOf(ids)
-		if err := l.store.Unclaim(ctx, ids, toks, now); err != nil {
-			return err
-		}
-		l.forget(ids, used)
+	return l.write(clockIDs(r.unclaim), func(ids, toks []int64) error {
+		return l.store.Unclaim(ctx, ids, toks, now)
+	}, func(n int) {
 		for _, c := range r.unclaim[:n] {
 			l.feed.Offer(alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt})
 		}
 		r.unclaim = r.unclaim[n:]
+	})
+}
+
+// write records outcomes of ids in chunks, fenced by their claim tokens;
+// written(n) is told after each chunk so that a retry resumes after it.
+func (l *Loop) write(ids []int64, store func(ids, toks []int64) error, written func(n int)) error {
+	for len(ids) > 0 {
+		n := min(len(ids), recordChunk)
+		toks, used := l.tokensOf(ids[:n])
+		if err := store(ids[:n], toks); err != nil {
+			return err
+		}
+		l.forget(ids[:n], used)
+		written(n)
+		ids = ids[n:]
 		l.finished(n)
 	}
 	return nil
+}
+
+func outcomeIDs(os []alarm.Outcome) []int64 {
+	ids := make([]int64, len(os))
+	for i, o := range os {
+		ids[i] = o.ID
+	}
+	return ids
+}
+
+func clockIDs(cs []alarm.Clock) []int64 {
+	ids := make([]int64, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return ids
 }
 
 // tokensOf returns the distinct claim tokens of ids, and each id's token.
