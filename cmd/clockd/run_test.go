@@ -6,49 +6,18 @@ import (
 	"database/sql"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/clockd/clockd/internal/testenv"
 )
 
-// runOutput is a bytes.Buffer safe for a writer and a reader in
-// different goroutines.
-type runOutput struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *runOutput) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *runOutput) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func runEnvOf(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
-}
-
-func runFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func runTables(t *testing.T, dsn string) []string {
@@ -120,7 +89,7 @@ func TestMigrateCommand(t *testing.T) {
 func TestServeAndGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MySQLDSN(t)
-	addr := runFreeAddr(t)
+	addr := testenv.FreeAddr(t)
 	env := runEnvOf(map[string]string{
 		"CLOCKD_MYSQL_DSN":   dsn,
 		"CLOCKD_HTTP_ADDR":   addr,
@@ -131,7 +100,7 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr runOutput
+	var stdout, stderr testenv.SyncBuffer
 	errc := make(chan error, 1)
 	go func() { errc <- run(ctx, []string{"serve"}, env, &stdout, &stderr) }()
 

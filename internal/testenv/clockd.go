@@ -76,23 +76,25 @@ type Clockd struct {
 	Env  []string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *SyncBuffer
 	done chan struct{}
 	err  error
 }
 
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for a writer and a reader in different
+// goroutines (a process's output read by a test).
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -114,7 +116,7 @@ func StartClockd(t testing.TB, env map[string]string) *Clockd {
 func LaunchClockd(t testing.TB, env map[string]string) *Clockd {
 	t.Helper()
 	addr := FreeAddr(t)
-	c := &Clockd{t: t, Addr: addr, URL: "http://" + addr, logs: &syncBuffer{}}
+	c := &Clockd{t: t, Addr: addr, URL: "http://" + addr, logs: &SyncBuffer{}}
 	c.Env = append(os.Environ(), "CLOCKD_HTTP_ADDR="+addr, "CLOCKD_LOG_FORMAT=text")
 	for k, v := range env {
 		c.Env = append(c.Env, k+"="+v)
