@@ -55,8 +55,6 @@ type config struct {
 	flags map[string]string
 }
 
-func (c *config) has(scenario string) bool { return slices.Contains(c.scenarios, scenario) }
-
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("clockbench", flag.ContinueOnError)

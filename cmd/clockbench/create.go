@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -335,10 +336,7 @@ func runCreate(ctx context.Context, cfg *config, a *api, app string, logf func(s
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var all []time.Duration
-	for _, l := range lats {
-		all = append(all, l...)
-	}
+	all := slices.Concat(lats...)
 	res := &CreateResult{
 		Application: app, Clients: cfg.clients, DurationS: cfg.duration.Seconds(), ElapsedS: elapsed.Seconds(),
 		Requests: len(all), Clocks: int(created.Load()), Errors: errs.total, ErrorKinds: errs.kinds, ErrorSamples: errs.samples,
@@ -471,10 +469,7 @@ func runBatch(ctx context.Context, cfg *config, a *api, app string, logf func(st
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var all []time.Duration
-	for _, l := range lats {
-		all = append(all, l...)
-	}
+	all := slices.Concat(lats...)
 	res := &CreateResult{
 		Application: app, Clients: cfg.batchClients, BatchSize: cfg.batchSize, DurationS: cfg.duration.Seconds(), ElapsedS: elapsed.Seconds(),
 		Requests: len(all), Clocks: int(created.Load()), Errors: bc.errs.total, ErrorKinds: bc.errs.kinds, ErrorSamples: bc.errs.samples,

@@ -494,9 +494,9 @@ func TestClusterSpreadsShardsAndClocks(t *testing.T) {
 	if len(perShard) != clusterShards {
 		t.Fatalf("clocks fall in %d shards, want all %d", len(perShard), clusterShards)
 	}
-	r := clusterWaitRung(cons, clocks, time.Until(from)+5*time.Second+15*time.Second)
+	clusterWaitRung(cons, clocks, time.Until(from)+5*time.Second+15*time.Second)
 	time.Sleep(500 * time.Millisecond) // late duplicates, if any, arrive
-	r = clusterAnalyze(cons, clocks)
+	r := clusterAnalyze(cons, clocks)
 	t.Logf("3 instances, %d clocks over 5 s: %s", n, r)
 	r.check(t, true)
 	total := 0.0
@@ -551,9 +551,9 @@ func TestClusterInstanceKilledMidStorm(t *testing.T) {
 		t.Fatalf("the killed instance held %v", lost)
 	}
 
-	r := clusterWaitRung(cons, clocks, time.Until(from)+spread+clusterTTL+15*time.Second)
+	clusterWaitRung(cons, clocks, time.Until(from)+spread+clusterTTL+15*time.Second)
 	time.Sleep(500 * time.Millisecond)
-	r = clusterAnalyze(cons, clocks)
+	r := clusterAnalyze(cons, clocks)
 	t.Logf("SIGKILL mid-storm: %s", r)
 	r.check(t, false)
 	// A clock of the killed instance's shards waits for the takeover, not
@@ -663,13 +663,13 @@ func TestClusterPausedInstanceIsFenced(t *testing.T) {
 	victim.Signal(syscall.SIGCONT)
 	t.Logf("resumed the victim after %v", time.Since(stoppedAt).Round(time.Millisecond))
 
-	r := clusterWaitRung(cons, byID, 15*time.Second)
+	clusterWaitRung(cons, byID, 15*time.Second)
 	// let the victim rejoin and anything it might wrongly ring arrive
 	if _, _, ok := waitCluster(t, a, 20*leaseRound, func(v clusterJSON) bool { return v.fair(clusterIDs(nodes)) }); !ok {
 		t.Errorf("the resumed instance did not get its share back: %s", clusterViewOf(t, a))
 	}
 	time.Sleep(2 * leaseRound)
-	r = clusterAnalyze(cons, byID)
+	r := clusterAnalyze(cons, byID)
 	t.Logf("SIGSTOP/SIGCONT: %s", r)
 	r.check(t, true) // each clock exactly once: none missing, no duplicate
 
@@ -742,9 +742,9 @@ func TestClusterInstanceJoins(t *testing.T) {
 	}
 	t.Logf("fourth instance ready after %v; shards 3 each %v after it was ready: %s", ready.Round(time.Millisecond), took.Round(time.Millisecond), v)
 
-	r := clusterWaitRung(cons, clocks, time.Until(from)+spread+15*time.Second)
+	clusterWaitRung(cons, clocks, time.Until(from)+spread+15*time.Second)
 	time.Sleep(500 * time.Millisecond)
-	r = clusterAnalyze(cons, clocks)
+	r := clusterAnalyze(cons, clocks)
 	t.Logf("fourth instance joins mid-storm: %s", r)
 	r.check(t, true)
 	if limit := clusterTTL + 2*time.Second; r.max() >= limit {
@@ -790,9 +790,9 @@ func TestClusterGracefulShutdownHandsOver(t *testing.T) {
 		t.Errorf("hand-over took %v, want at most %v (two lease rounds + slack; the TTL is %v)", handover, limit, clusterTTL)
 	}
 
-	r := clusterWaitRung(cons, clocks, time.Until(from)+spread+15*time.Second)
+	clusterWaitRung(cons, clocks, time.Until(from)+spread+15*time.Second)
 	time.Sleep(500 * time.Millisecond)
-	r = clusterAnalyze(cons, clocks)
+	r := clusterAnalyze(cons, clocks)
 	t.Logf("graceful shutdown mid-storm: %s", r)
 	r.check(t, true)
 	clusterWaitAllRung(t, clusterDB(t, e), n, 10*time.Second)
@@ -852,9 +852,9 @@ func TestClusterInstanceRestartedWithSameID(t *testing.T) {
 	victim.Start()
 	victim.WaitReady(30 * time.Second)
 
-	r := clusterWaitRung(cons, clocks, time.Until(from)+spread+clusterTTL+10*time.Second)
+	clusterWaitRung(cons, clocks, time.Until(from)+spread+clusterTTL+10*time.Second)
 	time.Sleep(500 * time.Millisecond)
-	r = clusterAnalyze(cons, clocks)
+	r := clusterAnalyze(cons, clocks)
 	t.Logf("restart with the same id mid-storm: %s", r)
 	r.check(t, false)
 	if limit := clusterTTL + 2*time.Second; r.max() > limit {
@@ -922,9 +922,9 @@ func TestClusterShortPauseLosesNoClock(t *testing.T) {
 	victim.Signal(syscall.SIGCONT)
 	resumedAt := time.Now()
 
-	r := clusterWaitRung(cons, byID, 40*time.Second)
+	clusterWaitRung(cons, byID, 40*time.Second)
 	time.Sleep(300 * time.Millisecond)
-	r = clusterAnalyze(cons, byID)
+	r := clusterAnalyze(cons, byID)
 	t.Logf("paused %v after a renewal, resumed: %s", resumedAt.Sub(stoppedAt).Round(time.Millisecond), r)
 	after := clusterViewOf(t, a).leases(victim.ID)
 	if len(after) != len(held) || after[0].Epoch != held[0].Epoch {

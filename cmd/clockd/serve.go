@@ -102,7 +102,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	loop := ring.New(ring.Config{
 		ClaimAhead: cfg.Ring.ClaimAhead, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
 		Retry:       ring.Retry{Min: cfg.Ring.RetryMin, Max: cfg.Ring.RetryMax},
-		ResultLabel: publishResult,
+		ResultLabel: rabbit.ResultName,
 		NotSent:     func(err error) bool { return errors.Is(err, rabbit.ErrNotSent) },
 		Logger:      log, Registerer: reg,
 	}, queue, store, publisher{pub}, feeder)
@@ -248,21 +248,6 @@ func clusterView(ctx context.Context, store *mysql.Store) (any, error) {
 }
 
 func fmtMS(v int64) string { return time.UnixMilli(v).UTC().Format(httpapi.TimeFormat) }
-
-// publishResult names a publish error for the rings metric.
-func publishResult(err error) string {
-	switch {
-	case errors.Is(err, rabbit.ErrUnroutable):
-		return "unroutable"
-	case errors.Is(err, rabbit.ErrNacked):
-		return "nacked"
-	case errors.Is(err, rabbit.ErrTimeout):
-		return "timeout"
-	case errors.Is(err, rabbit.ErrUnavailable):
-		return "unavailable"
-	}
-	return "error"
-}
 
 // servePprof serves Go's profiles on an address of their own.
 func servePprof(addr string, log *slog.Logger) (func(), error) {

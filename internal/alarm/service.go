@@ -22,12 +22,6 @@ func NewService(store Store, sched Scheduler, now func() time.Time, lim Limits) 
 	return &Service{store: store, sched: sched, now: now, limits: lim}
 }
 
-// Limits returns the limits requests are checked against.
-func (s *Service) Limits() Limits { return s.limits }
-
-// Now returns the service's current time.
-func (s *Service) Now() time.Time { return s.now() }
-
 // Create validates and stores the given inputs, one result per input in
 // order. Invalid inputs get their error and are not written.
 func (s *Service) Create(ctx context.Context, ins []CreateInput) []CreateResult {

@@ -195,16 +195,9 @@ func mapErr(err error) error {
 	return fmt.Errorf("%w: mysql: %v", alarm.ErrUnavailable, err)
 }
 
-func isRetryable(err error) bool {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case 1213, 1205, 1062: // deadlock, lock wait timeout, duplicate key (lost a race)
-			return true
-		}
-	}
-	return false
-}
+// isRetryable: a deadlock victim, a lock wait timeout, or a duplicate key
+// (a create that lost a race): the batch can run again.
+func isRetryable(err error) bool { return isLockConflict(err) || isDuplicate(err) }
 
 // execRetry runs a statement, again when InnoDB chose it as a deadlock
 // victim or its lock wait timed out (it was rolled back; nothing applied).

@@ -156,11 +156,10 @@ func (m *Manager) Ready() error {
 
 // target is this instance's fair share of the shards.
 func target(shards int, live []string, me string) int {
-	i := sort.SearchStrings(live, me)
+	i := sort.SearchStrings(live, me) // my rank among the live instances
 	n := len(live)
 	if i == n || live[i] != me {
-		live = append(append(append([]string{}, live[:i]...), me), live[i:]...)
-		n++
+		n++ // my heartbeat is not visible yet: count me in at my rank
 	}
 	t := shards / n
 	if i < shards%n {
@@ -344,18 +343,6 @@ func (m *Manager) Valid(shard int, epoch int64) bool {
 	ld, ok := m.loaders[shard]
 	m.mu.Unlock()
 	return ok && ld.epoch == epoch && ld.valid(time.Now())
-}
-
-// Shards lists the owned shards with their epochs.
-func (m *Manager) Shards() []alarm.Lease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]alarm.Lease, 0, len(m.loaders))
-	for s, ld := range m.loaders {
-		out = append(out, alarm.Lease{Shard: s, Epoch: ld.epoch})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Shard < out[j].Shard })
-	return out
 }
 
 // Offer takes a clock whose next try is known (new, moved, retried): it

@@ -78,6 +78,10 @@ func (m *metrics) count(errs []error) {
 	}
 }
 
+// ResultName names the outcome of one publish as the metrics do: ok,
+// unroutable, nacked, timeout or unavailable.
+func ResultName(err error) string { return resultNames[result(err)] }
+
 func result(err error) int {
 	switch {
 	case err == nil:

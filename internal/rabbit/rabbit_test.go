@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -146,29 +145,6 @@ func (r *running) stop(t testing.TB) {
 		close(r.done)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
-	}
-}
-
-// closeConnections closes the broker side of every connection named name.
-func closeConnections(t testing.TB, name string) {
-	t.Helper()
-	out, err := exec.Command("rabbitmqctl", "list_connections", "-q", "--no-table-headers", "pid", "client_properties").CombinedOutput()
-	if err != nil {
-		t.Skipf("rabbitmqctl list_connections: %v: %s", err, out)
-	}
-	n := 0
-	for line := range strings.Lines(string(out)) {
-		if !strings.Contains(line, `{"connection_name","`+name+`"}`) {
-			continue
-		}
-		pid := strings.Fields(line)[0]
-		if out, err := exec.Command("rabbitmqctl", "close_connection", pid, "test").CombinedOutput(); err != nil {
-			t.Fatalf("rabbitmqctl close_connection %s: %v: %s", pid, err, out)
-		}
-		n++
-	}
-	if n == 0 {
-		t.Fatalf("no connection named %s", name)
 	}
 }
 
@@ -500,7 +476,7 @@ func TestReconnectAfterBrokerClosesConnection(t *testing.T) {
 		}
 	}
 	waitFor("first confirms", func() bool { mu.Lock(); defer mu.Unlock(); return len(okIDs) > 500 })
-	closeConnections(t, name)
+	testenv.CloseConnectionsNamed(t, name)
 	waitFor("failures", func() bool { mu.Lock(); defer mu.Unlock(); return failed > 0 })
 	var okAtRecovery int
 	waitFor("reconnect", func() bool {

@@ -14,8 +14,8 @@ import (
 
 // rabbitmqctl runs the broker's CLI: the command in CLOCKD_TEST_RABBITMQCTL
 // (split on spaces, e.g. "docker compose exec -T rabbitmq rabbitmqctl"),
-// else rabbitmqctl from PATH.
-func rabbitmqctl(t testing.TB, args ...string) {
+// else rabbitmqctl from PATH, and returns what it printed.
+func rabbitmqctl(t testing.TB, args ...string) string {
 	t.Helper()
 	cmd := []string{"rabbitmqctl"}
 	if v := os.Getenv("CLOCKD_TEST_RABBITMQCTL"); v != "" {
@@ -30,6 +30,7 @@ func rabbitmqctl(t testing.TB, args ...string) {
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", strings.Join(cmd, " "), strings.Join(args, " "), err, out)
 	}
+	return string(out)
 }
 
 // Vhost creates a virtual host of its own on the test RabbitMQ, gives the
@@ -63,4 +64,21 @@ func CloseConnections(t testing.TB, url string) {
 		t.Fatal(fmt.Errorf("CloseConnections: %s selects the default vhost; it would close every session's connections", url))
 	}
 	rabbitmqctl(t, "close_all_connections", "--vhost", uri.Vhost, "test")
+}
+
+// CloseConnectionsNamed forcibly closes the broker side of every client
+// connection whose connection_name is name (a name unique to the test).
+func CloseConnectionsNamed(t testing.TB, name string) {
+	t.Helper()
+	out := rabbitmqctl(t, "list_connections", "-q", "--no-table-headers", "pid", "client_properties")
+	n := 0
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, `{"connection_name","`+name+`"}`) {
+			rabbitmqctl(t, "close_connection", strings.Fields(line)[0], "test")
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no connection named %s", name)
+	}
 }
