@@ -1,16 +1,24 @@
 package testenv
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
 	"time"
 )
 
-// Proxy is a TCP proxy a test can cut and restore, to take a service away
-// from one clockd without touching the service itself (other tests and
+// Proxy is a TCP proxy a test can cut, stall and restore, to take a service
+// away from one clockd without touching the service itself (other tests and
 // sessions share it).
+//
+// The faults it plays:
+//   - Cut: the port is closed and every connection is closed (the service
+//     is down, connecting is refused);
+//   - KillConns: every connection is closed but new ones are taken (a
+//     `KILL` of every connection, a broker closing its connections);
+//   - Stall: connections stay open and new ones are accepted, but no byte
+//     moves in either direction until Resume (a SIGSTOPped server whose
+//     kernel still holds the sockets, a network black hole).
 type Proxy struct {
 	t      testing.TB
 	Addr   string // where clients connect
@@ -18,8 +26,24 @@ type Proxy struct {
 
 	mu    sync.Mutex
 	ln    net.Listener // nil while cut
-	conns map[net.Conn]struct{}
+	links map[*link]struct{}
+	gate  chan struct{} // non-nil while stalled; closed by Resume
 	wg    sync.WaitGroup
+}
+
+// link is one proxied connection: the client's and the target's side.
+type link struct {
+	c, up  net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		close(l.closed)
+		l.c.Close()
+		l.up.Close()
+	})
 }
 
 // StartProxy listens on a free 127.0.0.1 port and forwards every
@@ -30,7 +54,7 @@ func StartProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{t: t, Addr: ln.Addr().String(), target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{t: t, Addr: ln.Addr().String(), target: target, links: map[*link]struct{}{}}
 	p.serve(ln)
 	t.Cleanup(func() {
 		p.Cut()
@@ -48,8 +72,52 @@ func (p *Proxy) Cut() {
 		p.ln.Close()
 		p.ln = nil
 	}
-	for c := range p.conns {
-		c.Close()
+	p.killLocked()
+}
+
+// KillConns closes every proxied connection (both sides) and goes on
+// accepting new ones. It returns how many connections it closed.
+func (p *Proxy) KillConns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.killLocked()
+}
+
+func (p *Proxy) killLocked() int {
+	n := len(p.links)
+	for l := range p.links {
+		l.close()
+		delete(p.links, l)
+	}
+	return n
+}
+
+// Conns is the number of connections being proxied.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.links)
+}
+
+// Stall stops forwarding: connections stay open, new ones are accepted
+// (and connected to the target), but every byte read from either side
+// waits until Resume. Clients see a server that answers nothing and closes
+// nothing; only their own timeouts get them out.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate == nil {
+		p.gate = make(chan struct{})
+	}
+}
+
+// Resume ends a Stall: what waited is forwarded, in order.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
 	}
 }
 
@@ -89,35 +157,80 @@ func (p *Proxy) serve(ln net.Listener) {
 	}()
 }
 
-// pipe forwards c to the target until either side closes or Cut.
+// pipe forwards c to the target until either side closes, Cut or
+// KillConns.
 func (p *Proxy) pipe(c net.Conn) {
 	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
 		c.Close()
 		return
 	}
+	l := &link{c: c, up: up, closed: make(chan struct{})}
 	p.mu.Lock()
 	if p.ln == nil { // cut meanwhile
 		p.mu.Unlock()
-		c.Close()
-		up.Close()
+		l.close()
 		return
 	}
-	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	p.links[l] = struct{}{}
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		p.copy(l, dst, src)
 		done <- struct{}{}
 	}
 	go cp(up, c)
 	go cp(c, up)
 	<-done
-	c.Close()
-	up.Close()
+	l.close()
 	<-done
 	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, up)
+	delete(p.links, l)
 	p.mu.Unlock()
+}
+
+// copy forwards src to dst, holding every chunk while the proxy is
+// stalled, until either side fails or the link is closed.
+func (p *Proxy) copy(l *link, dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		if !p.await(l) {
+			return
+		}
+		n, err := src.Read(buf)
+		if n > 0 {
+			// A chunk read just before a Stall waits too.
+			if !p.await(l) {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// await waits while the proxy is stalled; false when the link was closed
+// meanwhile.
+func (p *Proxy) await(l *link) bool {
+	p.mu.Lock()
+	gate := p.gate
+	p.mu.Unlock()
+	if gate == nil {
+		select {
+		case <-l.closed:
+			return false
+		default:
+			return true
+		}
+	}
+	select {
+	case <-gate:
+		return p.await(l) // stalled again meanwhile?
+	case <-l.closed:
+		return false
+	}
 }
