@@ -6,11 +6,8 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/pressly/goose/v3"
-
 	"github.com/clockd/clockd/internal/config"
 	"github.com/clockd/clockd/internal/mysql"
-	"github.com/clockd/clockd/migrations"
 )
 
 func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, sub string, stdout io.Writer) error {
@@ -35,11 +32,7 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, sub strin
 		}
 		fmt.Fprintln(stdout, "all migrations rolled back")
 	case "status":
-		p, err := goose.NewProvider(goose.DialectMySQL, db.DB, migrations.FS)
-		if err != nil {
-			return err
-		}
-		st, err := p.Status(ctx)
+		st, err := mysql.MigrationStatus(ctx, db)
 		if err != nil {
 			return err
 		}

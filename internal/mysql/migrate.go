@@ -1,0 +1,282 @@
+package mysql
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/clockd/clockd/migrations"
+)
+
+// schemaLockWait bounds how long an instance waits for another instance's
+// migrations before it gives up (and, under Kubernetes, is restarted).
+const schemaLockWait = 60 * time.Second
+
+// Migrate applies all pending migrations. Instances that start together on
+// one database take turns: the first applies the schema, the others wait for
+// it and then find nothing pending (see schemaLock).
+func Migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger) error {
+	return migrate(ctx, db, log, schemaLockWait)
+}
+
+func migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.Duration) error {
+	p, err := provider(db, log, wait)
+	if err != nil {
+		return err
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate up: %w", err)
+	}
+	for _, r := range res {
+		log.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
+	}
+	return nil
+}
+
+// MigrateDown rolls back every migration (used by tests and operators).
+func MigrateDown(ctx context.Context, db *sqlx.DB) error {
+	p, err := provider(db, slog.New(slog.DiscardHandler), schemaLockWait)
+	if err != nil {
+		return err
+	}
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		return fmt.Errorf("migrate down: %w", err)
+	}
+	return nil
+}
+
+// MigrationStatus lists every migration and whether it is applied. It
+// reads without the schema lock.
+func MigrationStatus(ctx context.Context, db *sqlx.DB) ([]*goose.MigrationStatus, error) {
+	p, err := provider(db, slog.New(slog.DiscardHandler), schemaLockWait)
+	if err != nil {
+		return nil, err
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration status: %w", err)
+	}
+	return st, nil
+}
+
+// provider runs goose under the schema lock: goose takes one connection of
+// its own, locks it, reads the applied versions and runs the migrations on
+// it, and unlocks it at the end.
+//
+// goose ships no session locker for MySQL (only Postgres advisory locks),
+// and its MySQL table locker is a lease in an extra table, renewed by a
+// heartbeat and polled every few seconds; a named lock dies with its
+// connection, so a killed instance never leaves the schema locked.
+func provider(db *sqlx.DB, log *slog.Logger, wait time.Duration) (*goose.Provider, error) {
+	p, err := goose.NewProvider(goose.DialectMySQL, db.DB, migrations.FS,
+		goose.WithSessionLocker(&schemaLock{log: log, wait: wait}))
+	if err != nil {
+		return nil, fmt.Errorf("goose provider: %w", err)
+	}
+	return p, nil
+}
+
+// SetupShards records the shard count on first use and makes sure one lease
+// row exists per shard. It returns the count in force, which is the recorded
+// one when it differs from want. It runs under the schema lock, so that it
+// waits for migrations another instance is applying.
+func SetupShards(ctx context.Context, db *sqlx.DB, want int) (int, error) {
+	var n int
+	err := withSchemaLock(ctx, db, slog.New(slog.DiscardHandler), schemaLockWait, func(conn *sql.Conn) error {
+		var err error
+		n, err = setupShards(ctx, conn, want)
+		return err
+	})
+	return n, err
+}
+
+func setupShards(ctx context.Context, conn *sql.Conn, want int) (int, error) {
+	if _, err := conn.ExecContext(ctx,
+		"INSERT IGNORE INTO clock_setting (name, value) VALUES ('shard_count', ?)", strconv.Itoa(want)); err != nil {
+		return 0, fmt.Errorf("record shard count: %w", err)
+	}
+	var v string
+	if err := conn.QueryRowContext(ctx, "SELECT value FROM clock_setting WHERE name = 'shard_count'").Scan(&v); err != nil {
+		return 0, fmt.Errorf("read shard count: %w", err)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("clock_setting shard_count %q is not a positive number", v)
+	}
+	q := "INSERT IGNORE INTO clock_shard (shard, update_time) VALUES "
+	args := make([]any, 0, n)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			q += ","
+		}
+		q += "(?, 0)"
+		args = append(args, i)
+	}
+	if _, err := conn.ExecContext(ctx, q, args...); err != nil {
+		return 0, fmt.Errorf("create shard rows: %w", err)
+	}
+	return n, nil
+}
+
+// withSchemaLock runs fn on one connection holding the schema lock.
+func withSchemaLock(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.Duration, fn func(*sql.Conn) error) (err error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("schema lock: connect: %w", err)
+	}
+	defer conn.Close()
+	l := &schemaLock{log: log, wait: wait}
+	if err := l.SessionLock(ctx, conn); err != nil {
+		return err
+	}
+	defer func() {
+		if uerr := l.SessionUnlock(context.WithoutCancel(ctx), conn); uerr != nil && err == nil {
+			err = uerr
+		}
+	}()
+	return fn(conn)
+}
+
+// schemaLock serializes schema changes across processes with a MySQL named
+// lock (GET_LOCK), named after the database so that clusters on different
+// databases of one server do not wait for each other. The lock belongs to
+// the connection that took it: the server drops it when that connection
+// ends, whether the instance released it, exited or was killed. It
+// implements goose's lock.SessionLocker.
+type schemaLock struct {
+	log  *slog.Logger
+	wait time.Duration // give up after this long
+	name string        // set by SessionLock
+}
+
+var _ lock.SessionLocker = (*schemaLock)(nil)
+
+// schemaLockStep is how long one GET_LOCK waits on the server: the wait is
+// a loop of short ones so that ctx cancels it.
+const schemaLockStep = time.Second
+
+// SessionLock takes the lock on conn, waiting at most l.wait.
+func (l *schemaLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
+	name, err := schemaLockName(ctx, conn)
+	if err != nil {
+		return err
+	}
+	l.name = name
+	start := time.Now()
+	nextLog := start
+	for {
+		step := min(schemaLockStep, l.wait-time.Since(start))
+		secs := max(int(step/time.Second), 0) // GET_LOCK counts whole seconds; 0 = try once
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, secs).Scan(&got); err != nil {
+			return fmt.Errorf("schema lock %q: %w", name, err)
+		}
+		if !got.Valid {
+			return fmt.Errorf("schema lock %q: GET_LOCK failed", name)
+		}
+		if got.Int64 == 1 {
+			if waited := time.Since(start); waited > schemaLockStep {
+				l.log.Info("schema lock taken", "lock", name, "waited", waited.Round(time.Millisecond))
+			}
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("schema lock %q: %w", name, err)
+		}
+		if time.Since(start) >= l.wait {
+			return fmt.Errorf("schema lock %q still held after %s by %s", name, l.wait, lockHolder(ctx, conn, name))
+		}
+		if secs == 0 { // a wait shorter than a second: do not spin
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("schema lock %q: %w", name, ctx.Err())
+			case <-time.After(step):
+			}
+		}
+		if now := time.Now(); !now.Before(nextLog) {
+			l.log.Info("waiting for the schema lock (another instance is migrating)",
+				"lock", name, "holder", lockHolder(ctx, conn, name), "waited", now.Sub(start).Round(time.Second))
+			nextLog = now.Add(10 * time.Second)
+		}
+	}
+}
+
+// SessionUnlock releases the lock taken on conn.
+func (l *schemaLock) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", l.name).Scan(&got); err != nil {
+		return fmt.Errorf("release schema lock %q: %w", l.name, err)
+	}
+	if !got.Valid || got.Int64 != 1 {
+		// 0: another connection holds it; NULL: nobody does. Either way
+		// this connection lost it while it thought it held it.
+		return fmt.Errorf("release schema lock %q: it was not held by this connection", l.name)
+	}
+	return nil
+}
+
+// schemaLockName is "clockd.migrate.<database>"; a lock name has at most
+// 64 characters, so a long database name is replaced by its hash.
+func schemaLockName(ctx context.Context, conn *sql.Conn) (string, error) {
+	var db sql.NullString
+	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&db); err != nil {
+		return "", fmt.Errorf("schema lock: read database name: %w", err)
+	}
+	if !db.Valid || db.String == "" {
+		return "", errors.New("schema lock: the connection selects no database")
+	}
+	const prefix = "clockd.migrate."
+	name := prefix + db.String
+	if utf8.RuneCountInString(name) > 64 {
+		sum := sha256.Sum256([]byte(db.String))
+		name = prefix + hex.EncodeToString(sum[:])[:64-len(prefix)]
+	}
+	return name, nil
+}
+
+// lockHolder describes the connection that holds the named lock, for
+// messages: its id (what `KILL` takes) and, when this user may see it, who
+// it is and what it does.
+func lockHolder(ctx context.Context, conn *sql.Conn, name string) string {
+	var id sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", name).Scan(&id); err != nil {
+		return fmt.Sprintf("an unknown connection (IS_USED_LOCK: %v)", err)
+	}
+	if !id.Valid {
+		return "nobody now (released meanwhile)"
+	}
+	var (
+		user, host, command string
+		secs                sql.NullInt64
+		state, info         sql.NullString
+	)
+	err := conn.QueryRowContext(ctx, `SELECT USER, HOST, COMMAND, TIME, STATE, INFO
+		FROM information_schema.PROCESSLIST WHERE ID = ?`, id.Int64).Scan(&user, &host, &command, &secs, &state, &info)
+	if err != nil { // not visible without the PROCESS privilege
+		return fmt.Sprintf("connection %d", id.Int64)
+	}
+	what := command
+	if info.Valid && info.String != "" {
+		q := strings.Join(strings.Fields(info.String), " ")
+		if len(q) > 120 {
+			q = q[:120] + "…"
+		}
+		what += ": " + q
+	} else if state.String != "" {
+		what += " (" + state.String + ")"
+	}
+	return fmt.Sprintf("connection %d (%s@%s, %s for %ds)", id.Int64, user, host, what, secs.Int64)
+}
