@@ -19,6 +19,26 @@ func TestBadInput(t *testing.T) {
 	past := fmtTime(time.Now().Add(-time.Hour))
 	c := func(extra ...any) string { return js(createBody("order", "new", extra...)) }
 	ok := c() // a valid create, for the cases that change its framing
+	// raw is a create body with field's value given as raw JSON text, so
+	// that it can carry bytes json.Marshal would not write (invalid UTF-8).
+	raw := func(field, value string) string {
+		fields := []string{"application", "business_id", "payload", "delay"}
+		values := map[string]string{"application": `"order"`, "business_id": `"new"`, "payload": `"p"`, "delay": `"1h"`}
+		if field == "ring_at" {
+			fields[3] = "ring_at"
+		} else if _, ok := values[field]; !ok {
+			fields = append(fields, field)
+		}
+		values[field] = value
+		var b strings.Builder
+		for i, f := range fields {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`"` + f + `":` + values[f])
+		}
+		return "{" + b.String() + "}"
+	}
 
 	const create, patch, batch = "/v1/clocks", "/v1/clocks/order/exists", "/v1/clocks/batch"
 	tests := []struct {
@@ -107,6 +127,28 @@ func TestBadInput(t *testing.T) {
 		{"payload over the limit", "POST", create, c("payload", strings.Repeat("p", testMaxPayload+1)), 413, "payload"},
 		{"body over the limit", "POST", create, c("payload", strings.Repeat("p", testMaxBody)), 413, "body"},
 
+		// strings that are not valid UTF-8: refused, never "repaired" to U+FFFD
+		{"business_id with an invalid byte", "POST", create, raw("business_id", "\"exists\xff\""), 400, "business_id"},
+		{"business_id with another invalid byte", "POST", create, raw("business_id", "\"exists\xfe\""), 400, "business_id"},
+		{"business_id of a lone low surrogate escape", "POST", create, raw("business_id", `"exists\udcff"`), 400, "business_id"},
+		{"business_id of a lone high surrogate escape", "POST", create, raw("business_id", `"\ud800x"`), 400, "business_id"},
+		{"business_id of surrogate escapes in the wrong order", "POST", create, raw("business_id", `"\udc00\ud800"`), 400, "business_id"},
+		{"business_id of a high surrogate escape at the end", "POST", create, raw("business_id", `"o-\uD83D"`), 400, "business_id"},
+		{"business_id of an escaped surrogate then a backslash", "POST", create, raw("business_id", `"o\ud83d\\ude00"`), 400, "business_id"},
+		{"business_id of a UTF-8-encoded surrogate", "POST", create, raw("business_id", "\"o\xed\xa0\x80\""), 400, "business_id"},
+		{"business_id of an overlong encoding", "POST", create, raw("business_id", "\"o\xc0\xaf\""), 400, "business_id"},
+		{"business_id beyond U+10FFFF", "POST", create, raw("business_id", "\"o\xf4\x90\x80\x80\""), 400, "business_id"},
+		{"application with an invalid byte", "POST", create, raw("application", "\"order\xff\""), 400, "application"},
+		{"application of a lone surrogate escape", "POST", create, raw("application", `"order\udcff"`), 400, "application"},
+		{"payload with an invalid byte", "POST", create, raw("payload", "\"x\xc3\x28y\""), 400, "payload"},
+		{"payload truncated in a rune", "POST", create, raw("payload", "\"\xe2\x82\""), 400, "payload"},
+		{"payload of a lone surrogate escape", "POST", create, raw("payload", `"{\"a\":\"\udcff\"}"`), 400, "payload"},
+		{"content_type with an invalid byte", "POST", create, raw("content_type", "\"text/plain\xff\""), 400, "content_type"},
+		{"content_type of a lone surrogate escape", "POST", create, raw("content_type", `"text/\ud800"`), 400, "content_type"},
+		{"delay with an invalid byte", "POST", create, raw("delay", "\"1h\xff\""), 400, "delay"},
+		{"ring_at with an invalid byte", "POST", create, raw("ring_at", "\"2030-01-01T10:00:00Z\xff\""), 400, "ring_at"},
+		{"latest_ring_at of a lone surrogate escape", "POST", create, raw("latest_ring_at", `"2030-01-01T10:00:00Z\udcff"`), 400, "latest_ring_at"},
+
 		// batch framing
 		{"batch malformed", "POST", batch, `{"clocks":[`, 400, "body"},
 		{"batch without clocks", "POST", batch, `{}`, 400, "clocks"},
@@ -133,6 +175,13 @@ func TestBadInput(t *testing.T) {
 		{"patch max_attempts negative", "PATCH", patch, `{"max_attempts":-1}`, 400, "max_attempts"},
 		{"patch payload over the limit", "PATCH", patch, js(body{"payload": strings.Repeat("p", testMaxPayload+1)}), 413, "payload"},
 		{"patch body over the limit", "PATCH", patch, js(body{"payload": strings.Repeat("p", testMaxBody)}), 413, "body"},
+		{"patch payload with an invalid byte", "PATCH", patch, "{\"payload\":\"x\xc3\x28y\"}", 400, "payload"},
+		{"patch payload of a lone surrogate escape", "PATCH", patch, `{"payload":"\udcff"}`, 400, "payload"},
+		{"patch ring_at with an invalid byte", "PATCH", patch, "{\"ring_at\":\"2030-01-01T10:00:00Z\xff\"}", 400, "ring_at"},
+		{"patch delay of a lone surrogate escape", "PATCH", patch, `{"delay":"1h\ud800"}`, 400, "delay"},
+		{"patch latest_ring_at with an invalid byte", "PATCH", patch, "{\"latest_ring_at\":\"2030-01-01T10:00:00Z\xff\"}", 400, "latest_ring_at"},
+		{"patch business_id not UTF-8 in the path", "PATCH", "/v1/clocks/order/exists%FF", `{"payload":"x"}`, 400, "business_id"},
+		{"patch application not UTF-8 in the path", "PATCH", "/v1/clocks/order%FF/exists", `{"payload":"x"}`, 400, "application"},
 		{"patch bad application in the path", "PATCH", "/v1/clocks/bad%20app/exists", `{"payload":"x"}`, 400, "application"},
 		{"patch bad business_id in the path", "PATCH", "/v1/clocks/order/a%2Fb", `{"payload":"x"}`, 400, "business_id"},
 
@@ -141,6 +190,9 @@ func TestBadInput(t *testing.T) {
 		{"cancel too long business_id", "DELETE", "/v1/clocks/order/" + strings.Repeat("x", 129), ``, 400, "business_id"},
 		{"replay bad application", "POST", "/v1/clocks/" + strings.Repeat("a", 65) + "/exists/replay", ``, 400, "application"},
 		{"replay control char", "POST", "/v1/clocks/order/a%01/replay", ``, 400, "business_id"},
+		{"cancel business_id not UTF-8", "DELETE", "/v1/clocks/order/exists%FE", ``, 400, "business_id"},
+		{"cancel business_id a UTF-8-encoded surrogate", "DELETE", "/v1/clocks/order/exists%ED%B3%BF", ``, 400, "business_id"},
+		{"replay application not UTF-8", "POST", "/v1/clocks/%FForder/exists/replay", ``, 400, "application"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

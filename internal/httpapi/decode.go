@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/clockd/clockd/internal/alarm"
@@ -84,7 +85,10 @@ func decodeObject(data []byte, field func(string) *json.RawMessage) error {
 	}
 	for {
 		end := endOfValue(data, i)
-		k, _ := jsonString(data[i:end])
+		k, _, valid := jsonString(data[i:end])
+		if !valid {
+			return badField("body", "has a field name that is not valid UTF-8 text")
+		}
 		i = skipSpace(data, end)
 		i = skipSpace(data, i+1) // ':'
 		end = endOfValue(data, i)
@@ -188,26 +192,115 @@ func stringField(field string, raw json.RawMessage) (*string, error) {
 	if raw == nil || isNull(raw) {
 		return nil, nil
 	}
-	s, ok := jsonString(raw)
+	s, ok, valid := jsonString(raw)
 	if !ok {
 		return nil, badField(field, "must be a string, not %s", jsonKind(raw))
+	}
+	if !valid {
+		return nil, notUTF8(field)
 	}
 	return &s, nil
 }
 
-// jsonString decodes a JSON string value. The common case, with no escapes
-// and valid UTF-8, is the bytes between the quotes (the decoder has checked
-// the syntax already).
-func jsonString(raw json.RawMessage) (string, bool) {
-	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' &&
-		bytes.IndexByte(raw[1:n-1], '\\') < 0 && utf8.Valid(raw[1:n-1]) {
-		return string(raw[1 : n-1]), true
+// jsonString decodes a JSON string value: ok is false when raw is not a
+// JSON string; valid is false when it is one but does not encode valid
+// UTF-8 text: it holds bytes that are not UTF-8, or a \u escape of a
+// surrogate that is not one half of a pair ("\udcff"). encoding/json turns
+// both into U+FFFD silently, so that "col\xff" and "col\xfe" would name
+// the same clock; clockd refuses them instead. raw is a value from an input
+// already checked to be valid JSON. The common case, with no escapes, is the
+// bytes between the quotes.
+func jsonString(raw json.RawMessage) (s string, ok, valid bool) {
+	n := len(raw)
+	if n < 2 || raw[0] != '"' || raw[n-1] != '"' {
+		raw = bytes.TrimSpace(raw)
+		if n = len(raw); n < 2 || raw[0] != '"' || raw[n-1] != '"' {
+			return "", false, false
+		}
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false
+	body := raw[1 : n-1]
+	// The escapes are ASCII: the bytes are valid UTF-8 as a whole exactly
+	// when each run between escapes is.
+	if !utf8.Valid(body) {
+		return "", true, false
 	}
-	return s, true
+	if bytes.IndexByte(body, '\\') < 0 {
+		return string(body), true, true
+	}
+	out := make([]byte, 0, len(body))
+	for {
+		i := bytes.IndexByte(body, '\\')
+		if i < 0 {
+			return string(append(out, body...)), true, true
+		}
+		out = append(out, body[:i]...)
+		if i+1 >= len(body) {
+			return "", false, false
+		}
+		c := body[i+1]
+		body = body[i+2:]
+		switch c {
+		case '"', '\\', '/':
+			out = append(out, c)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := hex4(body)
+			if !ok {
+				return "", false, false
+			}
+			body = body[4:]
+			if utf16.IsSurrogate(r) {
+				// valid only as a high half followed at once by an escaped low half
+				r2, ok := rune(-1), false
+				if len(body) >= 6 && body[0] == '\\' && body[1] == 'u' {
+					r2, ok = hex4(body[2:])
+				}
+				if r = utf16.DecodeRune(r, r2); !ok || r == utf8.RuneError {
+					return "", true, false
+				}
+				body = body[6:]
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return "", false, false
+		}
+	}
+}
+
+// hex4 reads the four hex digits of a \u escape.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// notUTF8 is the refusal of a string that is not valid UTF-8 text.
+func notUTF8(field string) error {
+	return badField(field, "is not valid UTF-8 text: it has bytes that are not UTF-8, or an unpaired surrogate escape such as \"\\udcff\"")
 }
 
 // jsonKind names the kind of a JSON value for error messages.
@@ -270,9 +363,12 @@ func parseTime(field string, raw json.RawMessage) (*time.Time, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	s, ok := jsonString(raw)
+	s, ok, valid := jsonString(raw)
 	if !ok {
 		return nil, badField(field, "must be an RFC 3339 time string such as \"2026-01-01T10:30:00.000Z\"")
+	}
+	if !valid {
+		return nil, notUTF8(field)
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
@@ -286,7 +382,10 @@ func parseDelay(raw json.RawMessage) (*time.Duration, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	if s, ok := jsonString(raw); ok {
+	if s, ok, valid := jsonString(raw); ok {
+		if !valid {
+			return nil, notUTF8("delay")
+		}
 		d, err := time.ParseDuration(s)
 		if err != nil {
 			return nil, badField("delay", "%q is not a duration such as \"30m\" or \"1h30m\"", s)

@@ -45,6 +45,12 @@ func FuzzDecodeCreate(f *testing.F) {
 		`{"application":"order","business_id":"o-1","delay":"1m","extra":true}`,
 		`{"application":"order","business_id":"o-1","delay":"1m"} {}`,
 		`{"application":"order","business_id":"\ud800","delay":"1m"}`,
+		`{"application":"order","business_id":"\udcff","delay":"1m"}`,
+		`{"application":"order","business_id":"\ud83d\ude00","delay":"1m","payload":"\ufffd"}`,
+		"{\"application\":\"order\",\"business_id\":\"col\xff\",\"delay\":\"1m\"}",
+		"{\"application\":\"order\",\"business_id\":\"o-1\",\"delay\":\"1m\",\"payload\":\"x\xc3\x28y\"}",
+		`{"application":"order","business_id":"o-1","ring_at":"2026-01-01T10:30:00.000000001Z","latest_ring_at":"2026-01-01T10:30:00.000999Z"}`,
+		`{"application":"order","business_id":"o-1","delay":"1.5ms"}`,
 		`{"application":"order","business_id":"o-1","delay":"1m","payload":"` + strings.Repeat("x", 1025) + `"}`,
 		`[]`, `null`, `{}`, `"x"`, ``, `{`, `{"application":`,
 	} {
@@ -55,12 +61,22 @@ func FuzzDecodeCreate(f *testing.F) {
 	known := map[string]bool{"application": true, "business_id": true, "payload": true, "content_type": true,
 		"ring_at": true, "delay": true, "latest_ring_at": true, "max_attempts": true}
 
+	strFields := []string{"application", "business_id", "payload", "content_type", "ring_at", "delay", "latest_ring_at"}
+
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n, err := httpapi.DecodeCreate(data, now, lim)
 		if err != nil {
 			var fe *alarm.FieldError
 			if !errors.As(err, &fe) || fe.Field == "" || fe.Message == "" {
 				t.Fatalf("refusal %v (%T) is not a field error naming a field", err, err)
+			}
+			// A refusal for UTF-8 names a field whose string really is not
+			// valid UTF-8 text.
+			var m map[string]json.RawMessage
+			if strings.Contains(fe.Message, "UTF-8") && json.Unmarshal(data, &m) == nil && fe.Field != "body" {
+				if raw, ok := m[fe.Field]; ok && httpapi.ValidJSONText(string(raw)) {
+					t.Fatalf("refused %s = %s as not UTF-8 text", fe.Field, raw)
+				}
 			}
 			if !errors.Is(err, alarm.ErrInvalid) && !errors.Is(err, alarm.ErrTooLarge) {
 				t.Fatalf("refusal %v is neither invalid nor too large", err)
@@ -79,6 +95,13 @@ func FuzzDecodeCreate(f *testing.F) {
 		for k := range m {
 			if !known[k] {
 				t.Fatalf("accepted unknown field %q", k)
+			}
+		}
+		// Every string accepted is valid UTF-8 text: encoding/json would
+		// have replaced invalid bytes and lone surrogate escapes by U+FFFD.
+		for _, f := range strFields {
+			if raw, ok := m[f]; ok && len(raw) > 0 && raw[0] == '"' && !httpapi.ValidJSONText(string(raw)) {
+				t.Fatalf("accepted %s = %s, which is not valid UTF-8 text", f, raw)
 			}
 		}
 		str := func(field string) (string, bool) {
@@ -101,7 +124,14 @@ func FuzzDecodeCreate(f *testing.F) {
 			if err != nil {
 				t.Fatalf("accepted %s = %q: %v", field, s, err)
 			}
-			return v.UTC().Truncate(time.Millisecond), true
+			return v.UTC(), true
+		}
+		// whole milliseconds: ring times up (never early), latest_ring_at down (never after)
+		up := func(v time.Time) time.Time {
+			if d := v.Truncate(time.Millisecond); !d.Equal(v) {
+				return d.Add(time.Millisecond)
+			}
+			return v
 		}
 
 		app, _ := str("application")
@@ -140,11 +170,11 @@ func FuzzDecodeCreate(f *testing.F) {
 		}
 		if hasAt {
 			at, ok := tm("ring_at")
-			if !ok || n.ByDelay || !n.RingAt.Equal(at) {
+			if !ok || n.ByDelay || !n.RingAt.Equal(up(at)) {
 				t.Fatalf("ring_at %v, clock has %v (by delay %v)", at, n.RingAt, n.ByDelay)
 			}
 		} else {
-			if !n.ByDelay || n.Delay < 0 || !n.RingAt.Equal(now.Add(n.Delay).Truncate(time.Millisecond)) {
+			if !n.ByDelay || n.Delay < 0 || !n.RingAt.Equal(up(now.Add(n.Delay))) {
 				t.Fatalf("delay %s gave ring_at %v (by delay %v, delay %v)", m["delay"], n.RingAt, n.ByDelay, n.Delay)
 			}
 		}
@@ -154,7 +184,7 @@ func FuzzDecodeCreate(f *testing.F) {
 		}
 
 		if latest, ok := tm("latest_ring_at"); ok {
-			if !n.LatestRingAt.Equal(latest) || n.LatestRingAt.Before(n.RingAt) || !n.LatestRingAt.After(now) {
+			if !n.LatestRingAt.Equal(latest.Truncate(time.Millisecond)) || n.LatestRingAt.Before(n.RingAt) || !n.LatestRingAt.After(now) {
 				t.Fatalf("accepted latest_ring_at %v with ring_at %v at %v", n.LatestRingAt, n.RingAt, now)
 			}
 		} else if !n.LatestRingAt.IsZero() {
