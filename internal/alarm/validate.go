@@ -138,6 +138,20 @@ type When struct {
 	DelaySet bool
 }
 
+// CeilMS is t in UTC rounded up to a whole millisecond, the precision
+// clocks are stored with. Ring times are rounded up, never down: a clock
+// must not ring before the instant it was asked for, not even by 0.999 ms.
+// (latest_ring_at, a "never after" bound, is rounded down.)
+func CeilMS(t time.Time) time.Time {
+	t = t.UTC()
+	if f := t.Truncate(time.Millisecond); !f.Equal(t) {
+		return f.Add(time.Millisecond)
+	}
+	return t
+}
+
+// resolve returns the ring time, rounded up to the millisecond, and whether
+// one was given.
 func (w When) resolve(now time.Time, required bool) (time.Time, bool, error) {
 	switch {
 	case w.AtSet && w.DelaySet:
@@ -146,7 +160,7 @@ func (w When) resolve(now time.Time, required bool) (time.Time, bool, error) {
 		if w.At == nil {
 			return time.Time{}, false, invalid("ring_at", "must be an RFC 3339 time, not null")
 		}
-		t := w.At.UTC().Truncate(time.Millisecond)
+		t := CeilMS(*w.At)
 		return t, true, checkTime("ring_at", t)
 	case w.DelaySet:
 		if w.Delay == nil {
@@ -155,7 +169,7 @@ func (w When) resolve(now time.Time, required bool) (time.Time, bool, error) {
 		if *w.Delay < 0 {
 			return time.Time{}, false, invalid("delay", "must not be negative, got %s", *w.Delay)
 		}
-		t := now.Add(*w.Delay).UTC().Truncate(time.Millisecond)
+		t := CeilMS(now.Add(*w.Delay))
 		return t, true, checkTime("delay", t)
 	case required:
 		return time.Time{}, false, invalid("ring_at", "give exactly one of ring_at or delay")
@@ -224,6 +238,11 @@ func checkLatest(ringAt, latest, now time.Time) error {
 		return err
 	}
 	if latest.Before(ringAt) {
+		if ringAt.Sub(latest) == time.Millisecond {
+			// what the rounding alone can do to two times in one millisecond
+			return invalid("latest_ring_at", "(%s) is before ring_at (%s): to the millisecond, ring_at is rounded up and latest_ring_at down",
+				fmtTime(latest), fmtTime(ringAt))
+		}
 		return invalid("latest_ring_at", "(%s) is before ring_at (%s)", fmtTime(latest), fmtTime(ringAt))
 	}
 	if !latest.After(now) {

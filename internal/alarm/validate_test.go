@@ -160,6 +160,7 @@ func TestCreateInputValidate(t *testing.T) {
 	t.Parallel()
 	future := now.Add(time.Hour)
 	futureMS := future.Truncate(time.Millisecond)
+	futureUp := futureMS.Add(time.Millisecond) // ring times round up
 	base := func() alarm.CreateInput {
 		return alarm.CreateInput{Application: "order", BusinessID: "o-1", Payload: ptr(`{"order":1}`),
 			When: alarm.When{At: &future, AtSet: true}}
@@ -173,7 +174,7 @@ func TestCreateInputValidate(t *testing.T) {
 	}{
 		{name: "ring_at", edit: func(*alarm.CreateInput) {}, check: func(t *testing.T, n alarm.NewClock) {
 			want := alarm.NewClock{Application: "order", BusinessID: "o-1", Payload: `{"order":1}`,
-				ContentType: alarm.DefaultContentType, RingAt: futureMS}
+				ContentType: alarm.DefaultContentType, RingAt: futureUp}
 			if n != want {
 				t.Errorf("got %+v\nwant %+v", n, want)
 			}
@@ -189,22 +190,22 @@ func TestCreateInputValidate(t *testing.T) {
 		{name: "ring_at in the past is allowed", edit: func(in *alarm.CreateInput) {
 			in.When.At = ptr(now.Add(-24 * time.Hour))
 		}, check: func(t *testing.T, n alarm.NewClock) {
-			if !n.RingAt.Equal(now.Add(-24 * time.Hour).Truncate(time.Millisecond)) {
+			if !n.RingAt.Equal(nowMS.Add(-24*time.Hour + time.Millisecond)) {
 				t.Errorf("RingAt = %v", n.RingAt)
 			}
 		}},
 		{name: "delay", edit: func(in *alarm.CreateInput) {
 			in.When = alarm.When{Delay: ptr(30 * time.Minute), DelaySet: true}
 		}, check: func(t *testing.T, n alarm.NewClock) {
-			if !n.ByDelay || n.Delay != 30*time.Minute || !n.RingAt.Equal(now.Add(30*time.Minute).Truncate(time.Millisecond)) {
+			if !n.ByDelay || n.Delay != 30*time.Minute || !n.RingAt.Equal(nowMS.Add(30*time.Minute+time.Millisecond)) {
 				t.Errorf("got ByDelay=%v Delay=%v RingAt=%v", n.ByDelay, n.Delay, n.RingAt)
 			}
 		}},
 		{name: "zero delay", edit: func(in *alarm.CreateInput) {
 			in.When = alarm.When{Delay: ptr(time.Duration(0)), DelaySet: true}
 		}, check: func(t *testing.T, n alarm.NewClock) {
-			if !n.RingAt.Equal(nowMS) {
-				t.Errorf("RingAt = %v, want %v", n.RingAt, nowMS)
+			if want := nowMS.Add(time.Millisecond); !n.RingAt.Equal(want) { // now, rounded up
+				t.Errorf("RingAt = %v, want %v", n.RingAt, want)
 			}
 		}},
 		{name: "no payload is empty", edit: func(in *alarm.CreateInput) { in.Payload = nil }, check: func(t *testing.T, n alarm.NewClock) {
@@ -251,10 +252,20 @@ func TestCreateInputValidate(t *testing.T) {
 					t.Errorf("LatestRingAt = %v", n.LatestRingAt)
 				}
 			}},
-		{name: "latest_ring_at equal to ring_at", edit: func(in *alarm.CreateInput) { in.LatestRingAt = ptr(future) }},
-		{name: "latest_ring_at equal to ring_at within the millisecond", edit: func(in *alarm.CreateInput) {
-			in.LatestRingAt = ptr(futureMS) // ring_at has sub-ms digits that are cut
+		{name: "latest_ring_at equal to ring_at", edit: func(in *alarm.CreateInput) {
+			in.When.At, in.LatestRingAt = ptr(futureMS), ptr(futureMS)
 		}},
+		{name: "latest_ring_at the millisecond after ring_at", edit: func(in *alarm.CreateInput) {
+			in.LatestRingAt = ptr(futureUp) // ring_at rounds up to it
+		}},
+		// No whole millisecond lies between them: the clock could ring
+		// neither at ring_at nor after it and before latest_ring_at.
+		{name: "latest_ring_at equal to ring_at with sub-millisecond digits", edit: func(in *alarm.CreateInput) {
+			in.LatestRingAt = ptr(future)
+		}, field: "latest_ring_at", kind: alarm.ErrInvalid},
+		{name: "latest_ring_at after ring_at within the millisecond", edit: func(in *alarm.CreateInput) {
+			in.LatestRingAt = ptr(future.Add(time.Microsecond))
+		}, field: "latest_ring_at", kind: alarm.ErrInvalid},
 		{name: "latest_ring_at before ring_at", edit: func(in *alarm.CreateInput) { in.LatestRingAt = ptr(future.Add(-time.Millisecond)) },
 			field: "latest_ring_at", kind: alarm.ErrInvalid},
 		{name: "latest_ring_at already past", edit: func(in *alarm.CreateInput) {
@@ -333,12 +344,12 @@ func TestPatchInput(t *testing.T) {
 			}},
 		{name: "ring_at in the past is due now", cur: cur, p: alarm.PatchInput{When: alarm.When{At: ptr(now.Add(-time.Hour)), AtSet: true}},
 			want: func(c alarm.Clock) alarm.Clock {
-				c.RingAt, c.NextTryAt = nowMS.Add(-time.Hour), nowMS
+				c.RingAt, c.NextTryAt = nowMS.Add(-time.Hour+time.Millisecond), nowMS
 				return c
 			}},
 		{name: "delay", cur: cur, p: alarm.PatchInput{When: alarm.When{Delay: ptr(2 * time.Hour), DelaySet: true}},
 			want: func(c alarm.Clock) alarm.Clock {
-				c.RingAt = now.Add(2 * time.Hour).Truncate(time.Millisecond)
+				c.RingAt = nowMS.Add(2*time.Hour + time.Millisecond)
 				c.NextTryAt = c.RingAt
 				return c
 			}},
@@ -431,8 +442,13 @@ func TestNewClockSame(t *testing.T) {
 		{"other latest_ring_at", func(n *alarm.NewClock) { n.LatestRingAt = n.LatestRingAt.Add(time.Second) }, same, false},
 		{"other max_attempts", func(n *alarm.NewClock) { n.MaxAttempts = 0 }, same, false},
 		{"same delay retried later", func(*alarm.NewClock) {}, byDelay, true},
-		{"same delay, sub-millisecond rounding", func(n *alarm.NewClock) { n.Delay += 999 * time.Microsecond }, byDelay, true},
+		// created_at keeps milliseconds: the create may have run up to 1 ms
+		// after it, so a delay up to 1 ms shorter can have given this ring time
+		{"delay shorter by less than a millisecond", func(n *alarm.NewClock) { n.Delay -= 999 * time.Microsecond }, byDelay, true},
+		{"delay one millisecond shorter", func(n *alarm.NewClock) { n.Delay -= time.Millisecond }, byDelay, true},
+		{"delay longer by a microsecond", func(n *alarm.NewClock) { n.Delay += time.Microsecond }, byDelay, false},
 		{"delay one millisecond longer", func(n *alarm.NewClock) { n.Delay += time.Millisecond }, byDelay, false},
+		{"delay two milliseconds shorter", func(n *alarm.NewClock) { n.Delay -= 2 * time.Millisecond }, byDelay, false},
 		{"other delay", func(n *alarm.NewClock) { n.Delay = 31 * time.Minute }, byDelay, false},
 		{"same delay, other payload", func(n *alarm.NewClock) { n.Payload = "q" }, byDelay, false},
 	}
@@ -444,6 +460,145 @@ func TestNewClockSame(t *testing.T) {
 				t.Errorf("Same = %v, want %v\nnew %+v\nexisting %+v", got, tt.want, n, ex)
 			}
 		})
+	}
+}
+
+// A ring time is never before the instant asked for, to the nanosecond:
+// ring_at and now+delay round up to the next whole millisecond (the
+// precision of the store), in a create and in a reschedule; latest_ring_at
+// ("never after") rounds down.
+func TestRingTimeRoundsUp(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		now    time.Time // when the request is validated
+		at     *time.Time
+		delay  *time.Duration
+		latest *time.Time
+		want   time.Time // the ring time
+		wantL  time.Time // the latest ring time
+	}{
+		{name: "ring_at on a millisecond stays", now: base, at: ptr(base.Add(time.Hour)), want: base.Add(time.Hour)},
+		{name: "ring_at 1 ns past a millisecond", now: base, at: ptr(base.Add(time.Hour + time.Nanosecond)),
+			want: base.Add(time.Hour + time.Millisecond)},
+		{name: "ring_at 1 µs past a millisecond", now: base, at: ptr(base.Add(time.Hour + time.Microsecond)),
+			want: base.Add(time.Hour + time.Millisecond)},
+		{name: "ring_at 0.999999 ms past a millisecond", now: base, at: ptr(base.Add(time.Hour + 999999)),
+			want: base.Add(time.Hour + time.Millisecond)},
+		{name: "ring_at in another zone, sub-millisecond", now: base,
+			at:   ptr(base.Add(time.Hour + 500*time.Microsecond).In(time.FixedZone("X", -5*3600))),
+			want: base.Add(time.Hour + time.Millisecond)},
+		{name: "ring_at in the past rounds up too", now: base, at: ptr(base.Add(-time.Hour - time.Microsecond)),
+			want: base.Add(-time.Hour)},
+		{name: "delay from a whole millisecond", now: base, delay: ptr(30 * time.Minute), want: base.Add(30 * time.Minute)},
+		{name: "delay from a sub-millisecond now", now: base.Add(123456 * time.Nanosecond), delay: ptr(30 * time.Minute),
+			want: base.Add(30*time.Minute + time.Millisecond)},
+		{name: "sub-millisecond delay", now: base, delay: ptr(1500 * time.Microsecond), want: base.Add(2 * time.Millisecond)},
+		{name: "zero delay at a sub-millisecond now", now: base.Add(time.Nanosecond), delay: ptr(time.Duration(0)),
+			want: base.Add(time.Millisecond)},
+		{name: "latest_ring_at rounds down", now: base, at: ptr(base.Add(time.Hour)),
+			latest: ptr(base.Add(2*time.Hour + 999*time.Microsecond)), want: base.Add(time.Hour), wantL: base.Add(2 * time.Hour)},
+		{name: "ring_at up and latest_ring_at down meet", now: base, at: ptr(base.Add(time.Hour - 500*time.Microsecond)),
+			latest: ptr(base.Add(time.Hour + 500*time.Microsecond)), want: base.Add(time.Hour), wantL: base.Add(time.Hour)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := alarm.When{At: tt.at, AtSet: tt.at != nil, Delay: tt.delay, DelaySet: tt.delay != nil}
+			asked := tt.now.Add(0)
+			if tt.at != nil {
+				asked = *tt.at
+			} else {
+				asked = tt.now.Add(*tt.delay)
+			}
+			in := alarm.CreateInput{Application: "a", BusinessID: "b", When: w, LatestRingAt: tt.latest}
+			n, err := in.Validate(tt.now, lim)
+			if err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			if !n.RingAt.Equal(tt.want) || n.RingAt.Location() != time.UTC {
+				t.Errorf("create: RingAt = %v, want %v", n.RingAt, tt.want)
+			}
+			if n.RingAt.Before(asked) || n.RingAt.Sub(asked) >= time.Millisecond {
+				t.Errorf("create: RingAt %v is not the first whole millisecond at or after %v", n.RingAt, asked)
+			}
+			if !n.LatestRingAt.Equal(tt.wantL) {
+				t.Errorf("create: LatestRingAt = %v, want %v", n.LatestRingAt, tt.wantL)
+			}
+
+			cur := alarm.Clock{ID: 1, Application: "a", BusinessID: "b", Status: alarm.StatusPending,
+				RingAt: base.Add(9 * time.Hour), NextTryAt: base.Add(9 * time.Hour)}
+			p := alarm.PatchInput{When: w, LatestRingAt: tt.latest, LatestSet: tt.latest != nil}
+			c, err := p.Apply(cur, tt.now, lim)
+			if err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			if !c.RingAt.Equal(tt.want) {
+				t.Errorf("reschedule: RingAt = %v, want %v", c.RingAt, tt.want)
+			}
+			if !c.LatestRingAt.Equal(tt.wantL) {
+				t.Errorf("reschedule: LatestRingAt = %v, want %v", c.LatestRingAt, tt.wantL)
+			}
+			if c.NextTryAt.Before(asked) && !c.NextTryAt.Equal(alarm.DueAt(c.RingAt, tt.now)) {
+				t.Errorf("reschedule: NextTryAt %v before %v", c.NextTryAt, asked)
+			}
+		})
+	}
+}
+
+// An identical retry of a create given as a delay finds the clock that
+// create made the same, whatever the sub-millisecond digits of either
+// moment and of the delay; a retry with another delay does not.
+func TestSameRetryOfDelayCreate(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	subMS := []time.Duration{0, time.Nanosecond, 1234 * time.Nanosecond, 500 * time.Microsecond, 999999}
+	delays := []time.Duration{0, time.Millisecond, 30 * time.Minute, 30*time.Minute + time.Nanosecond,
+		30*time.Minute + 500*time.Microsecond, 30*time.Minute + 999999, 7 * 24 * time.Hour}
+	for _, d := range delays {
+		for _, f := range subMS {
+			created := base.Add(f)
+			in := alarm.CreateInput{Application: "a", BusinessID: "b", Payload: ptr("p"),
+				When: alarm.When{Delay: ptr(d), DelaySet: true}}
+			n, err := in.Validate(created, lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// the clock as the store keeps it: created_at in whole milliseconds
+			ex := alarm.Clock{ID: 1, Application: "a", BusinessID: "b", Payload: "p", ContentType: n.ContentType,
+				RingAt: n.RingAt, Status: alarm.StatusPending, CreatedAt: created.Truncate(time.Millisecond)}
+			for _, later := range []time.Duration{0, time.Microsecond, 5*time.Hour + 777*time.Microsecond} {
+				retryAt := created.Add(later)
+				tests := []struct {
+					name  string
+					delay time.Duration
+					want  bool
+				}{
+					{"the same delay", d, true},
+					// created_at keeps whole milliseconds, so delays that
+					// differ by less than 2 ms can be indistinguishable;
+					// from 2 ms on they are told apart
+					{"a delay 2 ms longer", d + 2*time.Millisecond, false},
+					{"a delay 2 ms shorter", d - 2*time.Millisecond, false},
+					{"a delay 1 s longer", d + time.Second, false},
+				}
+				for _, tt := range tests {
+					if tt.delay < 0 {
+						continue
+					}
+					retry := in
+					retry.When = alarm.When{Delay: ptr(tt.delay), DelaySet: true}
+					rn, err := retry.Validate(retryAt, lim)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := rn.Same(ex); got != tt.want {
+						t.Errorf("delay %v created at +%v (ring %v), retried %v later with %s: Same = %v, want %v",
+							d, f, ex.RingAt.Format("15:04:05.000000000"), later, tt.name, got, tt.want)
+					}
+				}
+			}
+		}
 	}
 }
 

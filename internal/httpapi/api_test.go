@@ -129,8 +129,10 @@ func TestCreate(t *testing.T) {
 	t.Run("delay", func(t *testing.T) {
 		e := e.with(t)
 		c := e.mustClock(201, "POST", "/v1/clocks", createBody("order", "d-1", "delay", "30m"))
-		if d := parseTime(t, c.RingAt).Sub(parseTime(t, c.CreatedAt)); d != 30*time.Minute {
-			t.Errorf("ring_at - created_at = %v, want 30m", d)
+		// created_at is the request's moment rounded down to the
+		// millisecond, ring_at that moment plus the delay rounded up
+		if d := parseTime(t, c.RingAt).Sub(parseTime(t, c.CreatedAt)); d != 30*time.Minute && d != 30*time.Minute+time.Millisecond {
+			t.Errorf("ring_at - created_at = %v, want 30m (or 1 ms more)", d)
 		}
 		time.Sleep(25 * time.Millisecond)
 		// A retried delay-based create is the same clock although "now" moved.
@@ -142,15 +144,18 @@ func TestCreate(t *testing.T) {
 		// So is a create naming the ring time that the delay gave.
 		e.mustClock(200, "POST", "/v1/clocks", createBody("order", "d-1", "delay", nil, "ring_at", c.RingAt))
 		e.mustError(409, "POST", "/v1/clocks", createBody("order", "d-1", "delay", "31m"))
-		e.mustError(409, "POST", "/v1/clocks", createBody("order", "d-1", "delay", 1800001))
+		// (created_at keeps whole milliseconds: a delay 1 ms longer may
+		// have given the same ring_at; 2 ms cannot)
+		e.mustError(409, "POST", "/v1/clocks", createBody("order", "d-1", "delay", 1800002))
+		e.mustError(409, "POST", "/v1/clocks", createBody("order", "d-1", "delay", 1799998))
 		e.mustError(409, "POST", "/v1/clocks", createBody("order", "d-1", "delay", "30m", "payload", "other"))
 
 		ms := e.mustClock(201, "POST", "/v1/clocks", createBody("order", "d-2", "delay", 1500))
-		if d := parseTime(t, ms.RingAt).Sub(parseTime(t, ms.CreatedAt)); d != 1500*time.Millisecond {
+		if d := parseTime(t, ms.RingAt).Sub(parseTime(t, ms.CreatedAt)); d != 1500*time.Millisecond && d != 1501*time.Millisecond {
 			t.Errorf("integer delay 1500: ring_at - created_at = %v", d)
 		}
 		zero := e.mustClock(201, "POST", "/v1/clocks", createBody("order", "d-3", "delay", "0s"))
-		if zero.RingAt != zero.CreatedAt || zero.NextTryAt != zero.CreatedAt {
+		if d := parseTime(t, zero.RingAt).Sub(parseTime(t, zero.CreatedAt)); (d != 0 && d != time.Millisecond) || zero.NextTryAt != zero.RingAt {
 			t.Errorf("zero delay: ring_at %s next %s created %s", zero.RingAt, zero.NextTryAt, zero.CreatedAt)
 		}
 	})
@@ -416,7 +421,7 @@ func TestReschedule(t *testing.T) {
 
 	before := time.Now()
 	got = e.mustClock(200, "PATCH", path, body{"delay": "2h"})
-	if at := parseTime(t, got.RingAt); at.Before(before.Add(2*time.Hour).Truncate(time.Millisecond)) || at.After(time.Now().Add(2*time.Hour)) {
+	if at := parseTime(t, got.RingAt); at.Before(before.Add(2*time.Hour)) || at.After(time.Now().Add(2*time.Hour+time.Millisecond)) {
 		t.Errorf("delay patch: ring_at %s", got.RingAt)
 	}
 	ringAt := got.RingAt
