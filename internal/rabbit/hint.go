@@ -3,26 +3,34 @@ package rabbit
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/backoff"
 )
 
 // Hints tell the owner of a shard, at once, about a clock created or moved
 // through another instance that is due within the preload window. They go
 // through a fanout exchange (<exchange>.hints) to one exclusive queue per
 // instance. Hints are best effort: a lost one costs only punctuality, since
-// the owner's loader finds the clock at its next scan.
+// the owner's loader finds the clock at its next scan. Every hint dropped
+// here is counted (clockd_hints_dropped_total) and logged, at most once a
+// minute per reason.
 type Hints struct {
 	url, exchange, self string
 	log                 *slog.Logger
 	onHint              func(alarm.Due)
+	retry               backoff.Policy
+	maxPending          int
+	dropped             *prometheus.CounterVec
+	dropLog             *logLimiter
 
 	mu      sync.Mutex
 	pending []alarm.Due
@@ -35,7 +43,8 @@ type HintConfig struct {
 	Exchange   string // the ring exchange; hints use Exchange + ".hints"
 	InstanceID string
 	Logger     *slog.Logger
-	OnHint     func(alarm.Due) // called for each hint from another instance
+	OnHint     func(alarm.Due)       // called for each hint from another instance
+	Registerer prometheus.Registerer // nil: no metrics registered
 }
 
 const hintSize = 20 // id (8) + shard (4) + due ms (8)
@@ -43,13 +52,67 @@ const hintSize = 20 // id (8) + shard (4) + due ms (8)
 // maxPendingHints bounds the memory of hints waiting for a connection.
 const maxPendingHints = 100000
 
+// Reasons a hint is dropped: the values of the reason label of
+// clockd_hints_dropped_total.
+const (
+	dropQueueFull = "queue_full" // more than maxPendingHints waited for a connection
+	dropNotSent   = "not_sent"   // the connection failed while they were published
+	dropShutdown  = "shutdown"   // still waiting when the instance stopped
+	dropMalformed = "malformed"  // received: a message whose length is not whole hints
+)
+
+// dropLogEvery is how often a WARN about dropped hints may be logged per reason.
+const dropLogEvery = time.Minute
+
 // NewHints returns the hint bus; Run connects it.
 func NewHints(cfg HintConfig) *Hints {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Hints{url: cfg.URL, exchange: cfg.Exchange + ".hints", self: cfg.InstanceID,
-		log: cfg.Logger, onHint: cfg.OnHint, signal: make(chan struct{}, 1)}
+	h := &Hints{url: cfg.URL, exchange: cfg.Exchange + ".hints", self: cfg.InstanceID,
+		log: cfg.Logger, onHint: cfg.OnHint, signal: make(chan struct{}, 1),
+		retry:      backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+		maxPending: maxPendingHints,
+		dropLog:    newLogLimiter(dropLogEvery, time.Now),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clockd_hints_dropped_total",
+			Help: "Hints (a clock due soon, for the owner of its shard) dropped, by reason: queue_full, not_sent, shutdown, malformed. A dropped hint costs punctuality only: the owner's loader finds the clock at its next scan.",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{dropQueueFull, dropNotSent, dropShutdown, dropMalformed} {
+		h.dropped.WithLabelValues(r) // exported at 0 from the start
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(h.dropped); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				if c, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+					h.dropped = c
+				}
+			} else {
+				h.log.Error("hints: register metrics", "err", err)
+			}
+		}
+	}
+	return h
+}
+
+// drop counts n dropped hints and logs them, rate-limited per reason.
+func (h *Hints) drop(reason string, n int, err error) {
+	if n <= 0 {
+		return
+	}
+	h.dropped.WithLabelValues(reason).Add(float64(n))
+	ok, heldBack := h.dropLog.allow(reason, n)
+	if !ok {
+		return
+	}
+	args := []any{"reason", reason, "hints", n, "hints_not_logged", heldBack}
+	if err != nil {
+		args = append(args, "err", err)
+	}
+	h.log.Warn("hints dropped: their clocks ring when the owner's loader next scans, a little later than they could",
+		args...)
 }
 
 // Send queues hints for the other instances; it never blocks.
@@ -58,10 +121,11 @@ func (h *Hints) Send(ds []alarm.Due) {
 		return
 	}
 	h.mu.Lock()
-	if len(h.pending)+len(ds) <= maxPendingHints {
-		h.pending = append(h.pending, ds...)
-	}
+	room := h.maxPending - len(h.pending)
+	take := min(len(ds), max(room, 0))
+	h.pending = append(h.pending, ds[:take]...)
 	h.mu.Unlock()
+	h.drop(dropQueueFull, len(ds)-take, nil)
 	select {
 	case h.signal <- struct{}{}:
 	default:
@@ -71,7 +135,14 @@ func (h *Hints) Send(ds []alarm.Due) {
 // Run keeps a connection, publishes queued hints and consumes others'
 // until ctx is done.
 func (h *Hints) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	defer func() {
+		h.mu.Lock()
+		n := len(h.pending)
+		h.pending = nil
+		h.mu.Unlock()
+		h.drop(dropShutdown, n, nil)
+	}()
+	attempt := 0
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := h.session(ctx)
@@ -79,16 +150,15 @@ func (h *Hints) Run(ctx context.Context) error {
 			return nil
 		}
 		if time.Since(start) > 10*time.Second {
-			backoff = 100 * time.Millisecond
+			attempt = 0
 		}
 		h.log.Debug("hint connection lost", "err", err)
-		d := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(d):
+		case <-time.After(h.retry.Delay(attempt)):
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		attempt++
 	}
 	return nil
 }
@@ -148,6 +218,11 @@ func (h *Hints) session(ctx context.Context) error {
 				}
 				if err := ch.PublishWithContext(ctx, h.exchange, "", false, false,
 					amqp.Publishing{AppId: h.self, ContentType: "application/octet-stream", Body: body}); err != nil {
+					reason := dropNotSent
+					if ctx.Err() != nil {
+						reason = dropShutdown
+					}
+					h.drop(reason, len(ds), err)
 					return fmt.Errorf("publish hints: %w", err)
 				}
 				ds = ds[n:]
@@ -157,6 +232,9 @@ func (h *Hints) session(ctx context.Context) error {
 }
 
 func (h *Hints) deliver(body []byte) {
+	if rest := len(body) % hintSize; rest != 0 {
+		h.drop(dropMalformed, 1, fmt.Errorf("hint message of %d bytes: %d bytes left over", len(body), rest))
+	}
 	for len(body) >= hintSize {
 		d := alarm.Due{
 			ID:    int64(binary.BigEndian.Uint64(body)),

@@ -74,7 +74,7 @@ type lane struct {
 	hdr   amqp.Table
 
 	mu      sync.Mutex // guards the fields below and the batches of the entries
-	q       ring       // unconfirmed messages, delivery tags headTag, headTag+1, ...
+	q       entryQueue // unconfirmed messages, delivery tags headTag, headTag+1, ...
 	headTag uint64
 	dead    error // non-nil once the lane cannot confirm anything any more
 }
@@ -211,6 +211,26 @@ func (l *lane) onReturn(r *amqp.Return) {
 	if !found && l.dead == nil {
 		l.p.log.Error("rabbitmq return for no unconfirmed message", "message_id", r.MessageId, "routing_key", r.RoutingKey)
 	}
+	if found {
+		l.p.warnUnroutable(r.RoutingKey)
+	}
+}
+
+// warnUnroutable says, at most once a minute per application, that the
+// broker returned a ring because no queue is bound for its application:
+// without this line a forgotten `clockctl bind` shows only as clocks that
+// retry and never ring.
+func (p *Publisher) warnUnroutable(app string) {
+	ok, suppressed := p.unroutable.allow(app, 1)
+	if !ok {
+		return
+	}
+	fix := "clockctl bind -app " + app
+	if p.cfg.Exchange != specExchange {
+		fix += " -exchange " + p.cfg.Exchange
+	}
+	p.log.Warn("rings unroutable: no queue is bound for the application, so its clocks retry and do not ring; bind one",
+		"application", app, "exchange", p.cfg.Exchange, "fix", fix, "returns_not_logged", suppressed)
 }
 
 // die fails everything unconfirmed and kills the session.
@@ -227,7 +247,7 @@ func (l *lane) dieLocked(reason error) {
 			e := l.q.pop()
 			e.b.resolve(e.i, l.dead)
 		}
-		l.q = ring{}
+		l.q = entryQueue{}
 	}
 	l.s.kill(reason)
 }
@@ -378,18 +398,18 @@ func attempt(n int) int32 {
 	return int32(max(0, min(n, 1<<31-1)))
 }
 
-// ring is a FIFO of entries that reuses its storage.
-type ring struct {
+// entryQueue is a FIFO of entries that reuses its storage (a circular buffer).
+type entryQueue struct {
 	buf  []entry
 	head int
 	n    int
 }
 
-func (r *ring) len() int { return r.n }
+func (r *entryQueue) len() int { return r.n }
 
-func (r *ring) at(k int) *entry { return &r.buf[(r.head+k)%len(r.buf)] }
+func (r *entryQueue) at(k int) *entry { return &r.buf[(r.head+k)%len(r.buf)] }
 
-func (r *ring) push(e entry) {
+func (r *entryQueue) push(e entry) {
 	if r.n == len(r.buf) {
 		nb := make([]entry, max(64, 2*len(r.buf)))
 		for k := range r.n {
@@ -401,7 +421,7 @@ func (r *ring) push(e entry) {
 	r.n++
 }
 
-func (r *ring) pop() entry {
+func (r *entryQueue) pop() entry {
 	p := &r.buf[r.head]
 	e := *p
 	*p = entry{}
@@ -410,7 +430,7 @@ func (r *ring) pop() entry {
 	return e
 }
 
-func (r *ring) dropLast() {
+func (r *entryQueue) dropLast() {
 	*r.at(r.n - 1) = entry{}
 	r.n--
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/clockd/clockd/internal/backoff"
 )
 
 // Message is one ring.
@@ -89,6 +90,11 @@ const (
 	defaultDialTimeout    = 5 * time.Second
 	maxChannels           = 64
 	closeTimeout          = 2 * time.Second
+	// unroutableLogEvery: at most one WARN per application this often about
+	// rings that no queue takes.
+	unroutableLogEvery = time.Minute
+	// specExchange is the ring exchange of the SPEC, which clockctl bind assumes.
+	specExchange = "clock.ring"
 )
 
 // Publisher publishes rings. Create it with New, keep it connected with Run.
@@ -96,6 +102,11 @@ type Publisher struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	retry   backoff.Policy // reconnect delays
+
+	// unroutable holds back repeated warnings about an application whose
+	// rings no queue takes.
+	unroutable *logLimiter
 
 	running atomic.Bool
 	sess    atomic.Pointer[session] // nil while disconnected
@@ -162,6 +173,8 @@ func New(cfg Config) (*Publisher, error) {
 		cfg:             cfg,
 		log:             cfg.Logger.With("component", "rabbit"),
 		metrics:         m,
+		retry:           backoff.Policy{Min: cfg.ReconnectMin, Max: cfg.ReconnectMax},
+		unroutable:      newLogLimiter(unroutableLogEvery, cfg.Now),
 		readyCh:         make(chan struct{}),
 		status:          errors.New("rabbitmq: not connected yet"),
 		errNotConnected: fmt.Errorf("%w: %w", ErrUnavailable, ErrNotSent),
@@ -228,7 +241,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			} else {
 				p.log.Debug("rabbitmq connect failed", "err", err, "attempt", attempt+1)
 			}
-			if !sleep(ctx, backoff(p.cfg.ReconnectMin, p.cfg.ReconnectMax, attempt)) {
+			if !sleep(ctx, p.retry.Delay(attempt)) {
 				return nil
 			}
 			attempt++
@@ -237,7 +250,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 
 		if connected {
 			p.metrics.reconnects.Inc()
-			p.log.Info("rabbitmq reconnected", "down_for", time.Since(lostAt).Round(time.Millisecond), "channels", len(s.lanes))
+			p.log.Info("rabbitmq reconnected", "down_for", time.Since(lostAt).Round(time.Millisecond).String(), "channels", len(s.lanes))
 		} else {
 			p.log.Info("rabbitmq connected", "channels", len(s.lanes))
 		}
@@ -257,7 +270,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		if time.Since(upAt) > p.cfg.ReconnectMax {
 			attempt = 0
 		}
-		if !sleep(ctx, backoff(p.cfg.ReconnectMin, p.cfg.ReconnectMax, attempt)) {
+		if !sleep(ctx, p.retry.Delay(attempt)) {
 			return nil
 		}
 		attempt++
@@ -324,18 +337,6 @@ func (p *Publisher) setStatus(err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.status = err
-}
-
-// backoff returns the delay before reconnect attempt n (0-based): min*2^n
-// capped at max, with "equal jitter" (half fixed, half random).
-func backoff(minD, maxD time.Duration, n int) time.Duration {
-	d := minD
-	for i := 0; i < n && d < maxD; i++ {
-		d *= 2
-	}
-	d = min(d, maxD)
-	half := d / 2
-	return half + rand.N(half+1)
 }
 
 // sleep waits d or until ctx is done; it reports whether d elapsed.

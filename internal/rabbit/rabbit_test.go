@@ -208,18 +208,22 @@ func TestNewRegistersMetricsOnce(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
+func TestReconnectBackoff(t *testing.T) {
+	p, err := New(Config{URL: "amqp://127.0.0.1/", Exchange: "x", ReconnectMin: 100 * time.Millisecond, ReconnectMax: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for n := range 12 {
-		d := backoff(100*time.Millisecond, 5*time.Second, n)
+		d := p.retry.Delay(n)
 		want := min(100*time.Millisecond<<n, 5*time.Second)
 		if d < want/2 || d > want {
-			t.Errorf("backoff(%d) = %s, want in [%s, %s]", n, d, want/2, want)
+			t.Errorf("reconnect delay %d = %s, want in [%s, %s]", n, d, want/2, want)
 		}
 	}
 }
 
-func TestRing(t *testing.T) {
-	var r ring
+func TestEntryQueue(t *testing.T) {
+	var r entryQueue
 	next, want := int64(0), int64(0)
 	for round := range 50 {
 		for range round % 7 * 20 {
