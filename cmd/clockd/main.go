@@ -10,17 +10,26 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/clockd/clockd/internal/config"
+	"github.com/clockd/clockd/internal/mysql"
 )
 
 func main() {
 	tuneGC(os.Getenv)
+	// The driver's logger is a global it reads without synchronisation: set
+	// it here, before any goroutine runs; run names the slog logger it uses.
+	if err := mysql.InstallDriverLogger(); err != nil {
+		fmt.Fprintln(os.Stderr, "clockd:", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
@@ -64,8 +73,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		rest = fs.Args()
 	}
 	if cmd == "env" {
-		for name, key := range config.EnvNames() {
-			fmt.Fprintf(stdout, "%s\t%s\n", name, key)
+		names := config.EnvNames()
+		for _, name := range slices.Sorted(maps.Keys(names)) {
+			fmt.Fprintf(stdout, "%s\t%s\n", name, names[name])
 		}
 		return nil
 	}
@@ -74,6 +84,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)
+	// The MySQL driver's own lines ("closing bad idle connection") go
+	// through this logger too (installed in main), not raw to stderr.
+	mysql.SetDriverLogger(log)
 	switch cmd {
 	case "serve":
 		if len(rest) > 0 {
