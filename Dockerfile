@@ -21,8 +21,11 @@ RUN apk add --no-cache ca-certificates tzdata \
 COPY --from=build /out/clockd /out/clockctl /usr/local/bin/
 COPY config/clockd.yaml /etc/clockd/clockd.yaml
 USER clockd:clockd
-# Listen on all interfaces inside the container (the binary defaults to 127.0.0.1).
-ENV CLOCKD_HTTP_ADDR=0.0.0.0:8080
+# The configuration file is read (-config's default); CLOCKD_* variables
+# still override any key. Listen on all interfaces inside the container (the
+# binary defaults to 127.0.0.1).
+ENV CLOCKD_CONFIG=/etc/clockd/clockd.yaml \
+    CLOCKD_HTTP_ADDR=0.0.0.0:8080
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
     CMD wget -q -T 2 -O /dev/null http://127.0.0.1:8080/readyz || exit 1

@@ -10,28 +10,14 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/clockd/clockd/internal/alarm"
 )
 
 const (
 	defaultAMQPURL  = "amqp://guest:guest@127.0.0.1:5672/"
 	defaultExchange = "clock.ring"
 )
-
-// validApplication reports whether s is an application name of the SPEC:
-// 1-64 characters of [A-Za-z0-9._-].
-func validApplication(s string) bool {
-	if len(s) < 1 || len(s) > 64 {
-		return false
-	}
-	for _, r := range s {
-		switch {
-		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '.', r == '_', r == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
 
 func orDefault(v, def string) string {
 	if v == "" {
@@ -84,8 +70,8 @@ Examples:
 				if o.app == "" {
 					return usagef("-app is required")
 				}
-				if !validApplication(o.app) {
-					return usagef("-app %q: an application is 1-64 characters of A-Z a-z 0-9 . _ -", o.app)
+				if err := alarm.CheckApplication(o.app); err != nil {
+					return usagef("-app %q: %v (an application is 1-64 characters of A-Z a-z 0-9 . _ -, not . or ..)", o.app, err)
 				}
 				if o.queue == "" {
 					o.queue = o.app
