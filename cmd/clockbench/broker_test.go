@@ -19,13 +19,28 @@ func testConfig(t *testing.T, args ...string) *config {
 
 func TestBrokerScenario(t *testing.T) {
 	url := testenv.AMQPURL(t)
-	cfg := testConfig(t, "-amqp", url, "-scenario", "broker", "-duration", "500ms", "-broker-window", "200")
+	cfg := testConfig(t, "-amqp", url, "-scenario", "broker", "-ceiling-warmup", "100ms", "-ceiling-duration", "400ms",
+		"-broker-window", "200", "-broker-publishers", "1,4")
 	res, err := runBroker(context.Background(), cfg, testenv.Name("clockbench_test_"), t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Acked == 0 || res.Rate <= 0 {
 		t.Errorf("nothing confirmed: %+v", res)
+	}
+	if len(res.Runs) != 2 || res.Runs[0].Publishers != 1 || res.Runs[1].Publishers != 4 {
+		t.Fatalf("runs %+v, want 1 and 4 channels", res.Runs)
+	}
+	for _, x := range res.Runs {
+		if x.Rate <= 0 || x.Rate > res.Rate || x.MeasuredS < 0.35 || x.MeasuredS > 1 {
+			t.Errorf("%d channels: rate %.0f (ceiling %.0f), measured over %.2fs", x.Publishers, x.Rate, res.Rate, x.MeasuredS)
+		}
+		if x.Consumed != x.Acked {
+			t.Errorf("%d channels: consumed %d of %d confirmed", x.Publishers, x.Consumed, x.Acked)
+		}
+	}
+	if best := res.Runs[bestRun(res.Runs)]; best.Publishers != res.Publishers || best.Rate != res.Rate {
+		t.Errorf("ceiling %d channels %.0f/s is not the best run %+v", res.Publishers, res.Rate, best)
 	}
 	if res.Nacked != 0 || res.Returned != 0 || res.Unconfirm != 0 {
 		t.Errorf("nacked %d, returned %d, unconfirmed %d", res.Nacked, res.Returned, res.Unconfirm)
@@ -37,7 +52,7 @@ func TestBrokerScenario(t *testing.T) {
 		t.Errorf("hop latency %+v", res.HopLatency)
 	}
 	if res.ElapsedS < 0.5 || res.ElapsedS > 10 {
-		t.Errorf("elapsed %.2fs for a 500ms run", res.ElapsedS)
+		t.Errorf("elapsed %.2fs for a 100ms + 400ms run", res.ElapsedS)
 	}
 	// the temporary queue is gone
 	conn, err := dialAMQP(url, "clockbench test")

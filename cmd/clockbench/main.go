@@ -1,7 +1,9 @@
 // Command clockbench drives a running clockd over REST, consumes the rings
 // from a queue it binds itself, and reports create rates, request
 // latencies, ring rate, lateness, early, lost and duplicate rings, and the
-// raw RabbitMQ ceiling measured in the same run.
+// machine's own ceilings measured in the same run (RabbitMQ publishing with
+// confirms; MySQL one-row and multi-row INSERTs and id UPDATEs in a scratch
+// database): every rate is judged as a ratio to its ceiling.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -88,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	needClockd := cfg.backlog > 0
 	for _, s := range cfg.scenarios {
-		needClockd = needClockd || s != "broker"
+		needClockd = needClockd || !slices.Contains(ceilingScenarios, s)
 	}
 	if needClockd {
 		if err := a.ready(ctx); err != nil {
@@ -99,30 +102,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		rep.Errors = append(rep.Errors, fmt.Sprintf("%s: %v", name, err))
 		logf("%s failed: %v", name, err)
 	}
-	if cfg.backlog > 0 {
-		if rss != nil {
-			rss.resetPhase()
-		}
-		if rep.Backlog, err = runBacklog(ctx, cfg, a, logf); err != nil {
-			failed("backlog", err)
-		}
-		if rss != nil {
-			rss.phase("backlog")
-		}
-	}
-	// createRate is the latest measured batch create rate: ring and hot
-	// derive from it the lead time their create phase needs.
+	// createRate is the latest measured batch create rate: ring, hot and
+	// sweep derive from it the lead time their create phase needs.
 	var createRate float64
-	for _, s := range cfg.scenarios {
-		if ctx.Err() != nil {
-			break
+	ringCfg := func() (*config, float64) {
+		c := *cfg
+		if !cfg.nSet && rep.Broker != nil && rep.Broker.Rate > 0 {
+			c.n = ringN(rep.Broker.Rate, cfg.ringPct, cfg.span)
+			return &c, cfg.ringPct
 		}
+		return &c, 0
+	}
+	runScenario := func(s string) {
 		if rss != nil {
 			rss.resetPhase()
 		}
 		mark := readCPU(cfg.rssPID)
 		app := prefix + "-" + s
+		var err error
+		if (s == "ring" || s == "hot" || s == "sweep" && rep.Broker != nil) && createRate == 0 {
+			createRate = calibrate(ctx, cfg, a, prefix+"-calibrate", logf)
+		}
 		switch s {
+		case "mysql":
+			rep.MySQL, err = runMySQLCeilings(ctx, cfg, runID, logf)
 		case "broker":
 			rep.Broker, err = runBroker(ctx, cfg, app, logf)
 		case "create":
@@ -133,26 +136,63 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				createRate = rep.Batch.Rate
 			}
 		case "ring", "hot":
-			if createRate == 0 {
-				createRate = calibrate(ctx, cfg, a, prefix+"-calibrate", logf)
+			c, pct := ringCfg()
+			if pct > 0 && s == "ring" {
+				logf("ring: %g%% of the broker ceiling %s = %s (%d clocks over %s)", pct, fmtRate(rep.Broker.Rate),
+					fmtRate(float64(c.n)/c.span.Seconds()), c.n, c.span)
 			}
 			var g *RingResult
-			g, err = runRing(ctx, cfg, a, app, s == "hot", createRate, logf)
+			g, err = runRing(ctx, c, a, app, s == "hot", createRate, logf)
 			if g != nil && g.CreateRate > 0 {
 				createRate = g.CreateRate
 			}
 			if s == "ring" {
+				if g != nil {
+					g.PctOfCeiling = pct
+				}
 				rep.Ring = g
 			} else {
 				rep.Hot = g
 			}
+		case "sweep":
+			var ceiling float64
+			if rep.Broker != nil {
+				ceiling = rep.Broker.Rate
+			}
+			rep.Sweep, createRate, err = runSweep(ctx, cfg, a, prefix, ceiling, createRate, rep.Ring, logf)
 		}
 		if err != nil {
 			failed(s, err)
 		}
 		rep.CPU[s] = cpuBetween(mark, readCPU(cfg.rssPID), cfg.rssPID)
+		if cfg.rssPID > 0 {
+			rep.addCosts(s)
+		}
 		if rss != nil {
 			rss.phase(s)
+		}
+	}
+	// The ceilings first, before a backlog insert too: they measure the
+	// machine, with clockd idle.
+	for _, s := range cfg.scenarios {
+		if slices.Contains(ceilingScenarios, s) && ctx.Err() == nil {
+			runScenario(s)
+		}
+	}
+	if cfg.backlog > 0 && ctx.Err() == nil {
+		if rss != nil {
+			rss.resetPhase()
+		}
+		if rep.Backlog, err = runBacklog(ctx, cfg, a, logf); err != nil {
+			failed("backlog", err)
+		}
+		if rss != nil {
+			rss.phase("backlog")
+		}
+	}
+	for _, s := range cfg.scenarios {
+		if !slices.Contains(ceilingScenarios, s) && ctx.Err() == nil {
+			runScenario(s)
 		}
 	}
 	if rss != nil {

@@ -17,25 +17,28 @@ import (
 
 // Report is everything one run measured; report.json is its JSON form.
 type Report struct {
-	Tool       string            `json:"tool"`
-	RunID      string            `json:"run_id"`
-	StartedAt  time.Time         `json:"started_at"`
-	FinishedAt time.Time         `json:"finished_at"`
-	Addr       string            `json:"clockd_addr"`
-	Machine    Machine           `json:"machine"`
-	Flags      map[string]string `json:"flags"`
-	Scenarios  []string          `json:"scenarios"`
-	Backlog    *BacklogResult    `json:"backlog,omitempty"`
-	Broker     *BrokerResult     `json:"broker,omitempty"`
-	Create     *CreateResult     `json:"create,omitempty"`
-	Batch      *CreateResult     `json:"batch,omitempty"`
-	Ring       *RingResult       `json:"ring,omitempty"`
-	Hot        *RingResult       `json:"hot,omitempty"`
-	RSS        *RSSResult        `json:"rss,omitempty"`
-	CPU        map[string]CPUUse `json:"cpu_by_scenario,omitempty"`
-	Targets    []Target          `json:"targets,omitempty"`
-	Failures   []string          `json:"failures,omitempty"`
-	Errors     []string          `json:"errors,omitempty"`
+	Tool       string              `json:"tool"`
+	RunID      string              `json:"run_id"`
+	StartedAt  time.Time           `json:"started_at"`
+	FinishedAt time.Time           `json:"finished_at"`
+	Addr       string              `json:"clockd_addr"`
+	Machine    Machine             `json:"machine"`
+	Flags      map[string]string   `json:"flags"`
+	Scenarios  []string            `json:"scenarios"`
+	Backlog    *BacklogResult      `json:"backlog,omitempty"`
+	MySQL      *MySQLCeilingResult `json:"mysql_ceiling,omitempty"`
+	Broker     *BrokerResult       `json:"broker,omitempty"`
+	Create     *CreateResult       `json:"create,omitempty"`
+	Batch      *CreateResult       `json:"batch,omitempty"`
+	Ring       *RingResult         `json:"ring,omitempty"`
+	Hot        *RingResult         `json:"hot,omitempty"`
+	Sweep      *SweepResult        `json:"sweep,omitempty"`
+	RSS        *RSSResult          `json:"rss,omitempty"`
+	CPU        map[string]CPUUse   `json:"cpu_by_scenario,omitempty"`
+	Costs      []Cost              `json:"clockd_cpu_cost,omitempty"`
+	Targets    []Target            `json:"targets,omitempty"`
+	Failures   []string            `json:"failures,omitempty"`
+	Errors     []string            `json:"errors,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -51,62 +54,154 @@ type Machine struct {
 	Time        string  `json:"time"`
 }
 
-// Target is one performance target of issue 5 checked against this run.
-type Target struct {
-	Figure   string `json:"figure"`
-	Target   string `json:"target"`
-	Measured string `json:"measured"`
-	Met      bool   `json:"met"`
+// addCosts records clockd's CPU time per 1,000 creates or rings of the
+// scenario that just ran (rep.CPU[s] must be set).
+func (r *Report) addCosts(s string) {
+	cpu := r.CPU[s].ClockdCPUS
+	switch s {
+	case "create":
+		if r.Create != nil {
+			r.Costs = append(r.Costs, newCost(s, "creates", r.Create.Clocks, cpu))
+		}
+	case "batch":
+		if r.Batch != nil {
+			r.Costs = append(r.Costs, newCost(s, "creates", r.Batch.Clocks, cpu))
+		}
+	case "ring", "hot":
+		g := r.Ring
+		if s == "hot" {
+			g = r.Hot
+		}
+		if g != nil {
+			r.Costs = append(r.Costs, newCost(s+" (create phase)", "creates", g.Created, g.ClockdCPUCreateS),
+				newCost(s, "rings", g.Received, g.ClockdCPURingS))
+		}
+	case "sweep":
+		if r.Sweep != nil {
+			for _, p := range r.Sweep.Points {
+				if !p.FromRing && p.Error == "" {
+					r.Costs = append(r.Costs, newCost(fmt.Sprintf("sweep %g%%", p.Pct), "rings", p.Received, p.ClockdCPUS))
+				}
+			}
+		}
+	}
 }
 
-// evaluate fills in the broker percentages, the targets and the failures
-// (early or lost rings) from the results.
+// ceilings are the figures of the run's ceiling scenarios, 0 when not
+// measured.
+type ceilings struct {
+	broker, insertOne, insertMulti, update float64
+	multiRows                              int
+}
+
+func (r *Report) ceilings() ceilings {
+	var c ceilings
+	if r.Broker != nil {
+		c.broker = r.Broker.Rate
+	}
+	if m := r.MySQL; m != nil {
+		if m.InsertOne != nil {
+			c.insertOne = m.InsertOne.Rate
+		}
+		if m.InsertBatch != nil {
+			c.insertMulti, c.multiRows = m.InsertBatch.Rate, m.InsertBatch.RowsPerStmt
+		}
+		if m.Update != nil {
+			c.update = m.Update.Rate
+		}
+	}
+	return c
+}
+
+// brokerName names the broker ceiling with its configurations.
+func (r *Report) brokerName() string {
+	if r.Broker == nil || len(r.Broker.Runs) < 2 {
+		return "broker ceiling"
+	}
+	var chs []string
+	for _, x := range r.Broker.Runs {
+		chs = append(chs, strconv.Itoa(x.Publishers))
+	}
+	return fmt.Sprintf("broker ceiling, %d channel(s) (the best of %s)", r.Broker.Publishers, strings.Join(chs, " and "))
+}
+
+// evaluate fills in the ratios to the ceilings, the targets of issue 15
+// and the failures (early or lost rings) from the results.
 func (r *Report) evaluate() {
 	r.Targets, r.Failures = nil, nil
-	add := func(fig, target, measured string, met bool) {
-		r.Targets = append(r.Targets, Target{Figure: fig, Target: target, Measured: measured, Met: met})
+	add := func(t Target) { r.Targets = append(r.Targets, t) }
+	ceil := r.ceilings()
+	multi := "multi-row INSERT ceiling"
+	if ceil.multiRows > 0 {
+		multi = fmt.Sprintf("%d-row INSERT ceiling", ceil.multiRows)
 	}
-	if c := r.Create; c != nil {
-		add(fmt.Sprintf("single-clock creates, %d clients", c.Clients), ">= 15,000 clocks/s", fmtRate(c.Rate), c.Rate >= 15000)
-		add("single-clock create latency p99", "<= 25 ms", fmtMs(c.Latency.P99), c.Latency.P99 <= 25 && c.Latency.Count > 0)
-	}
-	if b := r.Batch; b != nil {
-		add(fmt.Sprintf("batch creates (%d per batch, %d clients)", b.BatchSize, b.Clients), ">= 60,000 clocks/s", fmtRate(b.Rate), b.Rate >= 60000)
+	insertOne := "one-row autocommit INSERT ceiling"
+	if r.MySQL != nil && r.MySQL.InsertOne != nil {
+		insertOne = fmt.Sprintf("one-row autocommit INSERT ceiling (%d clients)", r.MySQL.InsertOne.Clients)
 	}
 	for _, x := range []*RingResult{r.Ring, r.Hot} {
-		if x != nil && r.Broker != nil {
-			x.RingRatePctBroker = pct(x.RingRate, r.Broker.Rate)
+		if x != nil {
+			x.RingRatePctBroker = pct(x.RingRate, ceil.broker)
 		}
 	}
 	if h := r.Hot; h != nil {
-		m := fmtRate(h.RingRate)
-		met := h.RingRate >= 10000
-		if r.Broker != nil {
-			m += fmt.Sprintf(" = %.0f%% of the broker's %s", h.RingRatePctBroker, fmtRate(r.Broker.Rate))
-			met = met && h.RingRatePctBroker >= 50
-		}
-		add("sustained ring rate (hot second drain)", ">= 10,000/s and >= 50% of the broker ceiling", m, met)
+		add(ratioTarget(fmt.Sprintf("hot-second drain (%s clocks due within one second)", fmtInt(h.N)),
+			">= 85% of the broker ceiling", h.RingRate, r.brokerName(), ceil.broker, 0.85))
 		if h.RingRate > 0 {
 			bound := float64(h.N)/h.RingRate + 1
-			add(fmt.Sprintf("hot second of %s clocks", fmtInt(h.N)), "last delivered within n / ring rate + 1 s",
-				fmt.Sprintf("last %.2f s after the second began (bound %.2f s)", h.LastReceiptS, bound),
-				h.LastReceiptS <= bound && h.Lost == 0)
+			t := Target{Figure: fmt.Sprintf("hot second of %s clocks: last delivered", fmtInt(h.N)), Target: "within n / drain rate + 1 s",
+				Measured: fmt.Sprintf("%.2f s after the second began (bound %.2f s)", h.LastReceiptS, bound),
+				Met:      h.LastReceiptS <= bound && h.Lost == 0}
+			t.Status = statusOf(t.Met)
+			add(t)
 		}
 	}
 	if g := r.Ring; g != nil {
-		at := fmt.Sprintf(" (at %s)", fmtRate(g.TargetRate))
-		add("ring lateness p50"+at, "<= 3 ms", fmtMs(g.Lateness.P50), g.Lateness.P50 <= 3 && g.Received > 0)
-		add("ring lateness p99"+at, "<= 15 ms", fmtMs(g.Lateness.P99), g.Lateness.P99 <= 15 && g.Received > 0)
-		add("ring lateness p99.9"+at, "<= 100 ms", fmtMs(g.Lateness.P999), g.Lateness.P999 <= 100 && g.Received > 0)
-		add("early / lost rings"+at, "0 / 0", fmt.Sprintf("%d / %d", g.Early, g.Lost), g.Early == 0 && g.Lost == 0)
+		at := fmt.Sprintf(" (ring at %s", fmtRate(g.TargetRate))
+		switch {
+		case g.PctOfCeiling > 0:
+			at += fmt.Sprintf(" = %g%% of the broker ceiling)", g.PctOfCeiling)
+		case ceil.broker > 0:
+			at += fmt.Sprintf(" = %.0f%% of the broker ceiling, set by -n)", pct(g.TargetRate, ceil.broker))
+		default:
+			at += ", no broker ceiling in this run)"
+		}
+		add(limitTarget("lateness p50"+at, g.Lateness.P50, 3, g.Received))
+		add(limitTarget("lateness p99"+at, g.Lateness.P99, 15, g.Received))
+		add(limitTarget("lateness p99.9"+at, g.Lateness.P999, 100, g.Received))
+		t := Target{Figure: "early / lost rings" + at, Target: "0 / 0", Measured: fmt.Sprintf("%d / %d", g.Early, g.Lost), Met: g.Early == 0 && g.Lost == 0}
+		t.Status = statusOf(t.Met)
+		add(t)
+	}
+	if c := r.Create; c != nil {
+		add(ratioTarget(fmt.Sprintf("single-clock REST creates, %d clients", c.Clients), ">= 2× the one-row autocommit INSERT ceiling",
+			c.Rate, insertOne, ceil.insertOne, 2))
+		add(limitTarget("single-clock create latency p99", c.Latency.P99, 25, c.Latency.Count))
+	}
+	if b := r.Batch; b != nil {
+		add(ratioTarget(fmt.Sprintf("batch creates (%d per batch, %d clients)", b.BatchSize, b.Clients), ">= 80% of the "+multi,
+			b.Rate, multi, ceil.insertMulti, 0.8))
 	}
 	if r.RSS != nil && r.RSS.MaxMiB > 0 {
-		add("clockd max RSS", "<= 300 MiB (with 10,000,000 pending)", fmt.Sprintf("%.1f MiB", r.RSS.MaxMiB), r.RSS.MaxMiB <= 300)
+		t := Target{Figure: "clockd max RSS", Target: "<= 300 MiB (with 10,000,000 pending)", Measured: fmt.Sprintf("%.1f MiB", r.RSS.MaxMiB), Met: r.RSS.MaxMiB <= 300}
+		t.Status = statusOf(t.Met)
+		add(t)
 	}
-	for _, x := range []struct {
+	rings := []struct {
 		name string
 		r    *RingResult
-	}{{"ring", r.Ring}, {"hot", r.Hot}} {
+	}{{"ring", r.Ring}, {"hot", r.Hot}}
+	if r.Sweep != nil {
+		for _, p := range r.Sweep.Points {
+			if !p.FromRing {
+				rings = append(rings, struct {
+					name string
+					r    *RingResult
+				}{fmt.Sprintf("sweep %g%%", p.Pct), &RingResult{Early: p.Early, Lost: p.Lost}})
+			}
+		}
+	}
+	for _, x := range rings {
 		if x.r == nil {
 			continue
 		}
@@ -203,15 +298,57 @@ func (r *Report) sections(withCharts bool) []section {
 		s.Notes = append(s.Notes, b.ErrorSamples...)
 		out = append(out, s)
 	}
+	ceil := r.ceilings()
+	if m := r.MySQL; m != nil {
+		s := section{Title: "MySQL ceilings", Rows: [][2]string{
+			{"what", fmt.Sprintf("%s at %s, scratch database %s (dropped: %v), a table shaped like clockd's clock, %d-byte payloads; %.0f s warm-up, then %.0f s measured each",
+				m.Version, m.Server, m.Database, m.Dropped, m.PayloadBytes, m.WarmupS, m.DurationS)},
+		}}
+		for _, c := range []*CeilingRun{m.InsertOne, m.InsertBatch, m.Update} {
+			if c == nil {
+				continue
+			}
+			v := fmt.Sprintf("%s rows/s, %d clients (%s statements; statement p50 %s p99 %s)",
+				fmtInt(int(math.Round(c.Rate))), c.Clients, fmtInt(c.Statements), fmtMs(c.Latency.P50), fmtMs(c.Latency.P99))
+			if c.Errors > 0 {
+				v += fmt.Sprintf(", %d errors", c.Errors)
+			}
+			s.Rows = append(s.Rows, [2]string{c.What, v})
+			s.Notes = append(s.Notes, c.ErrorSamples...)
+		}
+		if u, ok := r.CPU["mysql"]; ok && r.RSS != nil {
+			idle := "idle"
+			if u.Clockd > 5 {
+				idle = "NOT idle: the ceilings are understated"
+			}
+			s.Rows = append(s.Rows, [2]string{"clockd meanwhile", fmt.Sprintf("%.1f%% of a core (%s)", u.Clockd, idle)})
+		}
+		s.Notes = append(s.Notes, m.Notes...)
+		out = append(out, s)
+	}
 	if b := r.Broker; b != nil {
 		s := section{Title: "broker ceiling", Rows: [][2]string{
-			{"what", fmt.Sprintf("persistent mandatory publishes, %d channel(s), confirm window %d, %d-byte body, durable queue drained by a consumer", b.Publishers, b.Window, b.BodyBytes)},
-			{"confirmed", fmt.Sprintf("%s in %.1f s = %s", fmtInt(b.Acked), b.ElapsedS, fmtRate(b.Rate))},
-			{"nacked/returned/unconfirmed", fmt.Sprintf("%d / %d / %d", b.Nacked, b.Returned, b.Unconfirm)},
-			{"publish->consume", fmtSummary(b.HopLatency)},
-		}, Notes: b.Notes}
+			{"what", fmt.Sprintf("persistent mandatory publishes, confirm window %d per channel, %d-byte body, durable queue drained by a consumer; %.0f s warm-up, then %.0f s measured per channel count",
+				b.Window, b.BodyBytes, b.WarmupS, b.DurationS)},
+		}}
+		for _, x := range b.Runs {
+			mark := ""
+			if len(b.Runs) > 1 && x.Publishers == b.Publishers {
+				mark = "  <- ceiling"
+			}
+			s.Rows = append(s.Rows, [2]string{fmt.Sprintf("%d channel(s)", x.Publishers),
+				fmt.Sprintf("%s confirmed (%s in all, %.1f s), publish->consume p50 %s p99 %s%s",
+					fmtRate(x.Rate), fmtInt(x.Acked), x.ElapsedS, fmtMs(x.HopLatency.P50), fmtMs(x.HopLatency.P99), mark)})
+		}
+		s.Rows = append(s.Rows,
+			[2]string{"ceiling", fmt.Sprintf("%s with %d channel(s)", fmtRate(b.Rate), b.Publishers)},
+			[2]string{"nacked/returned/unconfirmed", fmt.Sprintf("%d / %d / %d", b.Nacked, b.Returned, b.Unconfirm)},
+			[2]string{"publish->consume", fmtSummary(b.HopLatency)})
+		for _, x := range b.Runs {
+			s.Notes = append(s.Notes, x.Notes...)
+		}
 		if withCharts {
-			s.Charts = append(s.Charts, svgTimeline("broker: messages per second", b.Timeline))
+			s.Charts = append(s.Charts, svgTimeline(fmt.Sprintf("broker, %d channel(s): messages per second", b.Publishers), b.Timeline))
 		}
 		out = append(out, s)
 	}
@@ -230,9 +367,16 @@ func (r *Report) sections(withCharts bool) []section {
 			what = fmt.Sprintf("%d clients x %d clocks per batch for %s", c.Clients, c.BatchSize, dur)
 			lat = "batch request latency"
 		}
+		vs := "no MySQL ceiling in this run"
+		if c.BatchSize > 0 && ceil.insertMulti > 0 {
+			vs = fmt.Sprintf("%.0f%% of the %d-row INSERT ceiling (%s rows/s)", pct(c.Rate, ceil.insertMulti), ceil.multiRows, fmtInt(int(ceil.insertMulti)))
+		} else if c.BatchSize == 0 && ceil.insertOne > 0 {
+			vs = fmt.Sprintf("%.2f× the one-row autocommit INSERT ceiling (%s rows/s)", c.Rate/ceil.insertOne, fmtInt(int(ceil.insertOne)))
+		}
 		s := section{Title: x.title, Rows: [][2]string{
 			{"what", what},
 			{"created", fmt.Sprintf("%s clocks in %.1f s = %s (%s requests/s)", fmtInt(c.Clocks), c.ElapsedS, fmtRate(c.Rate), fmtInt(int(math.Round(c.RequestRate))))},
+			{"vs ceiling", vs},
 			{lat, fmtSummary(c.Latency)},
 			{"errors", fmtErrors(c.Errors, c.ErrorKinds)},
 		}, Notes: append([]string{c.Note}, c.ErrorSamples...)}
@@ -258,11 +402,23 @@ func (r *Report) sections(withCharts bool) []section {
 		}
 		rr := fmtRate(g.RingRate)
 		if g.RingRatePctBroker > 0 {
-			rr += fmt.Sprintf(" (%.0f%% of the broker ceiling)", g.RingRatePctBroker)
+			rr += fmt.Sprintf(" (%.0f%% of the broker ceiling %s)", g.RingRatePctBroker, fmtRate(ceil.broker))
+		}
+		if x.g == r.Hot {
+			rr = "drain " + rr
+		}
+		if ceil.update > 0 && g.RingRate > 0 {
+			// a ring costs two row updates: the claim and the rung mark
+			rr += fmt.Sprintf("; the %s rows/s UPDATE ceiling allows %s rings/s (claim + mark), this is %.0f%% of it",
+				fmtInt(int(ceil.update)), fmtInt(int(ceil.update/2)), pct(g.RingRate, ceil.update/2))
+		}
+		target := fmtRate(g.TargetRate)
+		if g.PctOfCeiling > 0 {
+			target += fmt.Sprintf(" = %g%% of the broker ceiling", g.PctOfCeiling)
 		}
 		s := section{Title: x.title, Rows: [][2]string{
 			{"what", fmt.Sprintf("%s clocks due %s .. %s (%.1f s, target %s), application %s",
-				fmtInt(g.N), g.FirstDue.Format("15:04:05.000"), g.LastDue.Format("15:04:05.000"), g.SpanS, fmtRate(g.TargetRate), g.Application)},
+				fmtInt(g.N), g.FirstDue.Format("15:04:05.000"), g.LastDue.Format("15:04:05.000"), g.SpanS, target, g.Application)},
 			{"create phase", fmt.Sprintf("%s created in %.2f s = %s, lead %.2f s, errors %s",
 				fmtInt(g.Created), g.CreateS, fmtRate(g.CreateRate), g.LeadS, fmtErrors(g.CreateErrors, g.CreateKinds))},
 			{"received", fmt.Sprintf("%s of %s (%s deliveries), first %.3f s / last %.3f s after the first ring time",
@@ -292,6 +448,48 @@ func (r *Report) sections(withCharts bool) []section {
 		}
 		out = append(out, s)
 	}
+	if w := r.Sweep; w != nil {
+		s := section{Title: "sweep (ring rate as a share of the broker ceiling)", Rows: [][2]string{
+			{"what", fmt.Sprintf("ring scenarios over %.0f s each at increasing shares of the broker ceiling %s; the knee is the first rate whose lateness p99 passes %s",
+				w.SpanS, fmtRate(w.Ceiling), fmtMs(w.KneeP99Ms))},
+		}}
+		for _, p := range w.Points {
+			v := fmt.Sprintf("target %s, rang %s; lateness p50 %s  p99 %s  p99.9 %s  max %s; early/lost/dup %d/%d/%d",
+				fmtRate(p.TargetRate), fmtRate(p.RingRate), fmtMs(p.Lateness.P50), fmtMs(p.Lateness.P99), fmtMs(p.Lateness.P999), fmtMs(p.Lateness.Max),
+				p.Early, p.Lost, p.Duplicates)
+			if p.ClockdCPUMsPer1000 > 0 {
+				v += fmt.Sprintf("; clockd %.0f ms CPU per 1,000 rings", p.ClockdCPUMsPer1000)
+			}
+			if p.FromRing {
+				v += " (the ring scenario)"
+			}
+			if p.Error != "" {
+				v = "failed: " + p.Error
+			}
+			s.Rows = append(s.Rows, [2]string{fmt.Sprintf("%g%%", p.Pct), v})
+		}
+		knee := fmt.Sprintf("p99 stayed under %s up to %g%% of the ceiling", fmtMs(w.KneeP99Ms), w.Points[len(w.Points)-1].Pct)
+		if w.Knee >= 0 {
+			knee = fmt.Sprintf("%s = %g%% of the broker ceiling (p99 first passes %s there)", fmtRate(w.KneeRate), w.KneePct, fmtMs(w.KneeP99Ms))
+		}
+		s.Rows = append(s.Rows, [2]string{"knee", knee})
+		if len(w.Skipped) > 0 {
+			var sk []string
+			for _, p := range w.Skipped {
+				sk = append(sk, fmt.Sprintf("%g%%", p))
+			}
+			s.Notes = append(s.Notes, "not run, past the knee: "+strings.Join(sk, ", ")+" (-sweep-all runs them)")
+		}
+		s.Notes = append(s.Notes, w.Notes...)
+		out = append(out, s)
+	}
+	if len(r.Costs) > 0 {
+		s := section{Title: "cost: clockd CPU time (utime+stime of its process)"}
+		for _, c := range r.Costs {
+			s.Rows = append(s.Rows, [2]string{c.Scenario, fmt.Sprintf("%6.0f ms per 1,000 %s  (%.2f s for %s)", c.MsPer1000, c.Per, c.ClockdCPUS, fmtInt(c.Count))})
+		}
+		out = append(out, s)
+	}
 	if r.RSS != nil {
 		s := section{Title: "clockd memory", Rows: [][2]string{{"pid", strconv.Itoa(r.RSS.PID)}, {"max RSS", fmt.Sprintf("%.1f MiB", r.RSS.MaxMiB)}}}
 		for _, k := range sortedFloatKeys(r.RSS.ByScenario) {
@@ -314,13 +512,13 @@ func (r *Report) sections(withCharts bool) []section {
 		out = append(out, s)
 	}
 	if len(r.Targets) > 0 {
-		s := section{Title: "targets (issue 5)"}
+		s := section{Title: "targets (issue 15: ratios to this run's own ceilings)"}
 		for _, t := range r.Targets {
-			v := "met"
-			if !t.Met {
-				v = "MISSED"
+			v := fmt.Sprintf("%-4s  %s (target %s)", t.Status, t.Measured, t.Target)
+			if t.Ceiling != "" {
+				v += "; " + t.Ceiling
 			}
-			s.Rows = append(s.Rows, [2]string{t.Figure, fmt.Sprintf("%-7s %s (target %s)", v, t.Measured, t.Target)})
+			s.Rows = append(s.Rows, [2]string{t.Figure, v})
 		}
 		out = append(out, s)
 	}

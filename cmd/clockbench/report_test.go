@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,8 +29,15 @@ func sampleReport() *Report {
 	return &Report{
 		Tool: "clockbench", RunID: "abcd", StartedAt: start, FinishedAt: start.Add(time.Minute), Addr: "http://127.0.0.1:8080",
 		Machine: Machine{NProc: 2, MemTotalMiB: 24000, GoVersion: "go1.26"}, Flags: map[string]string{"n": "5000"},
-		Scenarios: []string{"broker", "create", "ring"},
-		Broker:    &BrokerResult{Rate: 20000, Acked: 200000, Timeline: tl.Export()},
+		Scenarios: []string{"mysql", "broker", "create", "batch", "ring", "hot"},
+		Broker: &BrokerResult{BrokerRun: BrokerRun{Publishers: 4, Rate: 20000, Acked: 200000, Timeline: tl.Export()},
+			Runs: []BrokerRun{{Publishers: 1, Rate: 12000}, {Publishers: 4, Rate: 20000}}},
+		MySQL: &MySQLCeilingResult{Version: "10.11", Database: "clockbench_ceiling_abcd", Dropped: true,
+			InsertOne:   &CeilingRun{What: "one-row autocommit INSERT", Clients: 64, RowsPerStmt: 1, Rate: 7000},
+			InsertBatch: &CeilingRun{What: "500-row INSERT", Clients: 4, RowsPerStmt: 500, Rate: 60000},
+			Update:      &CeilingRun{What: "500-id UPDATE", Clients: 4, RowsPerStmt: 500, Rate: 50000}},
+		Batch: &CreateResult{Clients: 4, BatchSize: 500, Clocks: 300000, Rate: 30000},
+		Hot:   &RingResult{Application: "bench-x-hot", N: 100000, Created: 100000, Received: 100000, RingRate: 17500, LastReceiptS: 5.5},
 		Create: &CreateResult{Clients: 64, Clocks: 150000, Rate: 15000, Latency: summarize([]time.Duration{time.Millisecond, 30 * time.Millisecond}),
 			LatencyHist: histogram([]time.Duration{time.Millisecond, 30 * time.Millisecond}), Timeline: tl.Export()},
 		Ring: ring,
@@ -46,20 +54,83 @@ func TestReportEvaluate(t *testing.T) {
 	if r.Ring.RingRatePctBroker != 25 {
 		t.Errorf("ring %% of broker = %v, want 25", r.Ring.RingRatePctBroker)
 	}
-	met := map[string]bool{}
+	got := map[string]Target{}
 	for _, tg := range r.Targets {
-		met[tg.Figure] = tg.Met
+		got[tg.Figure] = tg
 	}
-	if !met["single-clock creates, 64 clients"] {
-		t.Error("15,000/s create target not met")
+	for _, tt := range []struct {
+		figure string
+		status string
+		ratio  float64
+	}{
+		// 15,000/s against a 7,000 rows/s one-row INSERT ceiling: 2.14×
+		{"single-clock REST creates, 64 clients", statusPass, 15000.0 / 7000},
+		{"single-clock create latency p99", statusFail, 0},
+		// 30,000/s against 60,000 rows/s: 50 %
+		{"batch creates (500 per batch, 4 clients)", statusFail, 0.5},
+		// 17,500/s against the best broker run, 20,000/s: 87.5 %
+		{"hot-second drain (100,000 clocks due within one second)", statusPass, 0.875},
+		{"hot second of 100,000 clocks: last delivered", statusPass, 0},
+		{"lateness p50 (ring at 5,000/s = 25% of the broker ceiling, set by -n)", statusPass, 0},
+		{"early / lost rings (ring at 5,000/s = 25% of the broker ceiling, set by -n)", statusFail, 0},
+	} {
+		tg, ok := got[tt.figure]
+		if !ok {
+			t.Errorf("no target %q in %v", tt.figure, r.Targets)
+			continue
+		}
+		if tg.Status != tt.status || tg.Met != (tt.status == statusPass) || math.Abs(tg.Ratio-tt.ratio) > 1e-9 {
+			t.Errorf("%s: status %s met %v ratio %v, want %s %v", tt.figure, tg.Status, tg.Met, tg.Ratio, tt.status, tt.ratio)
+		}
 	}
-	if met["single-clock create latency p99"] {
-		t.Error("30 ms p99 met a 25 ms target")
+	if tg := got["hot-second drain (100,000 clocks due within one second)"]; !strings.Contains(tg.Ceiling, "4 channel(s) (the best of 1 and 4) 20,000/s") {
+		t.Errorf("hot ceiling named %q", tg.Ceiling)
 	}
 	r.Ring.Early, r.Ring.Lost = 0, 0
 	r.evaluate()
 	if len(r.Failures) != 0 {
 		t.Errorf("failures = %q, want none", r.Failures)
+	}
+
+	// without the ceilings, ratio targets are skipped, never passed
+	r.MySQL, r.Broker = nil, nil
+	r.evaluate()
+	for _, tg := range r.Targets {
+		if tg.Ratio != 0 || (strings.Contains(tg.Target, "ceiling") && tg.Status != statusSkip) {
+			t.Errorf("%s: %s with no ceiling measured", tg.Figure, tg.Status)
+		}
+	}
+
+	// early and lost rings of sweep points fail the run too
+	r.Sweep = &SweepResult{Points: []SweepPoint{{Pct: 50, FromRing: true, Lost: 3}, {Pct: 70, Early: 2, Lost: 1}}}
+	r.evaluate()
+	if strings.Join(r.Failures, "|") != "sweep 70%: 2 clocks rang early|sweep 70%: 1 clocks lost (not received  after the last ring time)" {
+		t.Errorf("failures %q", r.Failures)
+	}
+}
+
+func TestAddCosts(t *testing.T) {
+	r := sampleReport()
+	r.CPU = map[string]CPUUse{"create": {ClockdCPUS: 3}, "batch": {ClockdCPUS: 6}}
+	r.Ring.ClockdCPUCreateS, r.Ring.ClockdCPURingS = 1, 2.5
+	r.Sweep = &SweepResult{Points: []SweepPoint{{Pct: 10, Received: 1000, ClockdCPUS: 0.5}, {Pct: 50, FromRing: true}, {Pct: 85, Error: "x"}}}
+	for _, s := range []string{"mysql", "create", "batch", "ring", "sweep"} {
+		r.addCosts(s)
+	}
+	want := []Cost{
+		{"create", "creates", 150000, 3, 20},
+		{"batch", "creates", 300000, 6, 20},
+		{"ring (create phase)", "creates", 5000, 1, 200},
+		{"ring", "rings", 4999, 2.5, 2.5 * 1000 / 4.999},
+		{"sweep 10%", "rings", 1000, 0.5, 500},
+	}
+	if len(r.Costs) != len(want) {
+		t.Fatalf("costs %+v, want %+v", r.Costs, want)
+	}
+	for i := range want {
+		if c := r.Costs[i]; c.Scenario != want[i].Scenario || c.Per != want[i].Per || c.Count != want[i].Count || math.Abs(c.MsPer1000-want[i].MsPer1000) > 1e-6 {
+			t.Errorf("cost %d = %+v, want %+v", i, c, want[i])
+		}
 	}
 }
 
@@ -77,7 +148,7 @@ func TestReportJSON(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"machine", "flags", "ring", "broker", "create", "targets", "failures", "rss"} {
+	for _, k := range []string{"machine", "flags", "ring", "broker", "create", "targets", "failures", "rss", "mysql_ceiling"} {
 		if _, ok := back[k]; !ok {
 			t.Errorf("report.json has no %q", k)
 		}
@@ -116,7 +187,9 @@ func TestReportHTMLAndText(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := buf.String()
-	for _, want := range []string{"== ring ==", "p99.9", "early / lost / duplicates", "1 / 1 / 0   FAIL", "== FAILED ==", "15,000/s"} {
+	for _, want := range []string{"== ring ==", "p99.9", "early / lost / duplicates", "1 / 1 / 0   FAIL", "== FAILED ==", "15,000/s",
+		"== MySQL ceilings ==", "7,000 rows/s", "== broker ceiling ==", "20,000/s with 4 channel(s)", "2.14× the one-row autocommit INSERT ceiling",
+		"50% of the 500-row INSERT ceiling", "drain 17,500/s (88% of the broker ceiling 20,000/s)", "PASS", "FAIL"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}

@@ -97,15 +97,24 @@ func startConsumer(conn *amqp.Connection, queue string, prefetch int, handle fun
 	go func() {
 		defer close(c.done)
 		n := 0
+		var last amqp.Delivery
 		for d := range deliveries {
 			now := time.Now()
 			handle(now, &d)
 			c.handled.Add(1)
 			n++
+			last = d
 			if n%ackEvery == 0 {
 				if err := d.Ack(true); err != nil && c.err == nil {
 					c.err = fmt.Errorf("ack: %w", err)
 				}
+			}
+		}
+		// ack the tail too: unacked deliveries would go back to the queue
+		// when the channel closes, and reach whoever consumes it next
+		if n%ackEvery != 0 {
+			if err := last.Ack(true); err != nil && c.err == nil && !errors.Is(err, amqp.ErrClosed) {
+				c.err = fmt.Errorf("ack: %w", err)
 			}
 		}
 	}()
@@ -149,6 +158,9 @@ type RingResult struct {
 	LastDue        time.Time      `json:"last_ring_at"`
 	CreateOverranS float64        `json:"create_overran_s"`
 	TargetRate     float64        `json:"target_rate"`
+	// PctOfCeiling is the target rate as a percentage of the broker
+	// ceiling when the rate was picked from it, else 0.
+	PctOfCeiling float64 `json:"target_pct_of_broker_ceiling,omitempty"`
 
 	Received          int            `json:"received"`
 	Deliveries        int            `json:"deliveries"`
@@ -170,8 +182,12 @@ type RingResult struct {
 	LastReceiptS      float64        `json:"last_receipt_after_first_ring_at_s"`
 	WaitedS           float64        `json:"waited_after_last_ring_at_s"`
 	RungCheck         string         `json:"rung_check,omitempty"`
-	Timeline          *TimelineJSON  `json:"timeline,omitempty"`
-	Notes             []string       `json:"notes,omitempty"`
+	// clockd's CPU seconds (utime+stime) in the create phase and from its
+	// end until the last ring arrived (plus -settle); 0 without -rss-pid.
+	ClockdCPUCreateS float64       `json:"clockd_cpu_create_phase_s,omitempty"`
+	ClockdCPURingS   float64       `json:"clockd_cpu_ring_phase_s,omitempty"`
+	Timeline         *TimelineJSON `json:"timeline,omitempty"`
+	Notes            []string      `json:"notes,omitempty"`
 }
 
 // ringRec is one received message, reduced to what the checks need.
@@ -264,6 +280,7 @@ func runRing(ctx context.Context, cfg *config, a *api, app string, hot bool, bat
 		name, n, span = "hot", cfg.hotN, time.Second
 	}
 	start := time.Now()
+	mark0 := readCPU(cfg.rssPID)
 	lead := leadFor(cfg, n, batchRate)
 	firstDue := start.Add(lead)
 	if hot {
@@ -359,6 +376,7 @@ func runRing(ctx context.Context, cfg *config, a *api, app string, hot bool, bat
 	}
 	wg.Wait()
 	createEnd := time.Now()
+	mark1 := readCPU(cfg.rssPID)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -397,6 +415,10 @@ wait:
 		}
 	}
 	res.WaitedS = time.Since(lastDue).Seconds()
+	if cfg.rssPID > 0 {
+		mark2 := readCPU(cfg.rssPID)
+		res.ClockdCPUCreateS, res.ClockdCPURingS = clockdSeconds(mark0, mark1), clockdSeconds(mark1, mark2)
+	}
 	stopConsumer()
 
 	// evaluate

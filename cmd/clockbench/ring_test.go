@@ -98,7 +98,9 @@ func (f *fakeClockd) create(c fakeClock) (map[string]any, error) {
 	switch fault {
 	case "drop":
 	case "early":
-		f.timers = append(f.timers, time.AfterFunc(at-50*time.Millisecond, publish))
+		// at once: as early as the test's lead time allows, so that a slow
+		// delivery on a busy machine cannot make it on time
+		f.timers = append(f.timers, time.AfterFunc(0, publish))
 	case "dup":
 		f.timers = append(f.timers, time.AfterFunc(at, publish), time.AfterFunc(at+time.Millisecond, publish))
 	default:
@@ -190,7 +192,9 @@ func TestRunAgainstFake(t *testing.T) {
 	exchange := testenv.Name("clockbench_x_")
 	srv := startFake(t, url, exchange, nil)
 	out := filepath.Join(t.TempDir(), "bench-out")
-	args := []string{"-scenario", "create,batch,ring,hot,broker", "-exchange", exchange, "-out", out,
+	mysqlDSN := serverDSN(t)
+	args := []string{"-scenario", "create,batch,ring,hot,ceilings,sweep", "-exchange", exchange, "-out", out,
+		"-mysql", mysqlDSN, "-ceiling-warmup", "100ms", "-ceiling-duration", "300ms", "-sweep", "1,2", "-sweep-all",
 		"-duration", "300ms", "-clients", "4", "-batch-size", "50", "-batch-clients", "2",
 		"-n", "200", "-span", "300ms", "-lead", "400ms", "-hot-n", "500", "-grace", "1s", "-settle", "100ms",
 		"-rss-pid", strconv.Itoa(os.Getpid())}
@@ -200,7 +204,8 @@ func TestRunAgainstFake(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"== create (single clock) ==", "== batch create ==", "== ring ==", "== hot second ==", "== broker ceiling ==", "== clockd memory ==", "0 / 0 / 0   OK"} {
+	for _, want := range []string{"== create (single clock) ==", "== batch create ==", "== ring ==", "== hot second ==", "== broker ceiling ==",
+		"== clockd memory ==", "0 / 0 / 0   OK", "== MySQL ceilings ==", "== sweep", "== cost: clockd CPU time", "targets (issue 15"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout.String())
 		}
@@ -213,8 +218,34 @@ func TestRunAgainstFake(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Ring == nil || rep.Hot == nil || rep.Create == nil || rep.Batch == nil || rep.Broker == nil || rep.RSS == nil {
+	if rep.Ring == nil || rep.Hot == nil || rep.Create == nil || rep.Batch == nil || rep.Broker == nil || rep.RSS == nil || rep.MySQL == nil || rep.Sweep == nil {
 		t.Fatalf("report lacks a scenario: %s", b)
+	}
+	if strings.Join(rep.Scenarios, ",") != "mysql,broker,create,batch,ring,hot,sweep" {
+		t.Errorf("scenarios %v", rep.Scenarios)
+	}
+	if m := rep.MySQL; m.InsertOne == nil || m.InsertOne.Rate <= 0 || m.InsertBatch.Rate <= 0 || m.Update.Rate <= 0 || !m.Dropped {
+		t.Errorf("mysql ceilings %+v", m)
+	}
+	if len(rep.Broker.Runs) != 2 {
+		t.Errorf("broker runs %+v, want 1 and 4 channels", rep.Broker.Runs)
+	}
+	if sw := rep.Sweep; len(sw.Points) != 2 || sw.Points[0].Received != sw.Points[0].N || sw.Points[1].N != ringN(rep.Broker.Rate, 2, 300*time.Millisecond) {
+		t.Errorf("sweep %+v", sw)
+	}
+	statuses := map[string]int{}
+	for _, tg := range rep.Targets {
+		statuses[tg.Status]++
+		if tg.Status == statusSkip {
+			t.Errorf("target %q skipped although every ceiling ran", tg.Figure)
+		}
+	}
+	if statuses[statusPass] == 0 {
+		t.Errorf("no target passed: %+v", rep.Targets)
+	}
+	// clockbench's own pid stands in for clockd's: the costs are there
+	if len(rep.Costs) < 6 {
+		t.Errorf("costs %+v", rep.Costs)
 	}
 	if rep.Hot.Received != 500 || rep.Ring.Received != 200 || rep.Create.Clocks == 0 || rep.Batch.Clocks == 0 {
 		t.Errorf("hot %d ring %d create %d batch %d", rep.Hot.Received, rep.Ring.Received, rep.Create.Clocks, rep.Batch.Clocks)
@@ -264,11 +295,20 @@ func TestParseConfig(t *testing.T) {
 		t.Errorf("password in the report: %q", cfg.flags["amqp"])
 	}
 	all := testConfig(t)
-	if strings.Join(all.scenarios, ",") != "broker,create,batch,ring,hot" || all.clients != 64 || all.batchSize != 500 || all.n != 50000 {
+	if strings.Join(all.scenarios, ",") != "mysql,broker,create,batch,ring,hot,sweep" || all.clients != 64 || all.batchSize != 500 || all.n != 50000 || all.nSet {
 		t.Errorf("defaults: %+v", all)
+	}
+	if fmt.Sprint(all.brokerPublishers) != "[1 4]" || fmt.Sprint(all.sweepPcts) != "[10 25 50 70 85]" || all.ringPct != 50 ||
+		all.ceilingDuration != 5*time.Second || all.mysqlDSN != "root:@tcp(127.0.0.1:3306)/" {
+		t.Errorf("defaults: %+v", all)
+	}
+	if c := testConfig(t, "-n", "100", "-mysql", "u:pw@tcp(db:3306)/x"); !c.nSet || strings.Contains(c.flags["mysql"], "pw") {
+		t.Errorf("-n given: nSet %v; mysql flag %q", c.nSet, c.flags["mysql"])
 	}
 	for _, args := range [][]string{
 		{"-scenario", "nope"}, {"-batch-size", "1001"}, {"-clients", "0"}, {"-span", "0s"}, {"extra"},
+		{"-broker-publishers", "0"}, {"-broker-publishers", ""}, {"-sweep", "x"}, {"-sweep", "", "-scenario", "sweep"},
+		{"-ring-pct", "0"}, {"-ceiling-duration", "0s"}, {"-mysql", "not a dsn"},
 	} {
 		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("parseConfig(%q) accepted", args)

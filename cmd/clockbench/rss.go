@@ -15,6 +15,7 @@ import (
 type CPUUse struct {
 	Machine    float64 `json:"machine_busy_pct"` // of all cores: 100 = every core busy
 	Clockd     float64 `json:"clockd_pct,omitempty"`
+	ClockdCPUS float64 `json:"clockd_cpu_s,omitempty"` // utime+stime of clockd during the scenario
 	Clockbench float64 `json:"clockbench_pct"`
 	LoadAvg    string  `json:"loadavg_end"`
 }
@@ -48,21 +49,45 @@ func readCPU(pid int) cpuMark {
 	return m
 }
 
-// procTicks returns utime+stime of /proc/<which>/stat in jiffies.
+// procTicks returns utime+stime of /proc/<which>/stat in jiffies, 0 when
+// it cannot be read.
 func procTicks(which string) float64 {
 	b, err := os.ReadFile("/proc/" + which + "/stat")
 	if err != nil {
 		return 0
 	}
-	// the command name may hold spaces: fields start after the last ')'
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
+	t, _ := parseStatTicks(string(b))
+	return t
+}
+
+// parseStatTicks returns utime+stime (fields 14 and 15, in jiffies) of the
+// text of a /proc/<pid>/stat file.
+func parseStatTicks(s string) (float64, error) {
+	// the command name, in parentheses, may hold spaces and parentheses:
+	// the fields proper start after the last ')'
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat: no command name in %q", snippet([]byte(s)))
 	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return u + st
+	f := strings.Fields(s[i+1:]) // f[0] is field 3, state
+	if len(f) < 13 {
+		return 0, fmt.Errorf("stat: %d fields after the command name, want at least 13", len(f))
+	}
+	u, err := strconv.ParseFloat(f[11], 64)
+	if err != nil {
+		return 0, fmt.Errorf("stat utime: %w", err)
+	}
+	st, err := strconv.ParseFloat(f[12], 64)
+	if err != nil {
+		return 0, fmt.Errorf("stat stime: %w", err)
+	}
+	return u + st, nil
+}
+
+// clockdSeconds returns the CPU seconds the -rss-pid process used between
+// two marks.
+func clockdSeconds(a, b cpuMark) float64 {
+	return max(0, b.pid-a.pid) * jiffy
 }
 
 // cpuBetween returns the CPU use between two marks.
@@ -75,7 +100,8 @@ func cpuBetween(a, b cpuMark, pid int) CPUUse {
 	if wall > 0 {
 		u.Clockbench = 100 * (b.self - a.self) * jiffy / wall
 		if pid > 0 {
-			u.Clockd = 100 * (b.pid - a.pid) * jiffy / wall
+			u.ClockdCPUS = clockdSeconds(a, b)
+			u.Clockd = 100 * u.ClockdCPUS / wall
 		}
 	}
 	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
