@@ -304,7 +304,11 @@ type clusterRings struct {
 	Redelivered                              int // broker redeliveries after a consumer reconnect: not clockd's
 	Missing                                  []int64
 	Foreign, Mismatched, Early               int
-	Lateness                                 []time.Duration // first receipt - x-clock-ring-at, sorted
+	// FirstAttemptTwice counts clocks delivered more than once with
+	// x-clock-attempt 1: a repeat (a retry, a re-ring after a takeover)
+	// must say 2 or more, so that consumers can tell it from a first ring.
+	FirstAttemptTwice int
+	Lateness          []time.Duration // first receipt - x-clock-ring-at, sorted
 }
 
 // clusterAnalyze compares what cons received with the clocks created. Lateness is
@@ -314,12 +318,18 @@ type clusterRings struct {
 func clusterAnalyze(cons *testenv.Consumer, clocks map[int64]clusterClock) clusterRings {
 	r := clusterRings{Clocks: len(clocks)}
 	first := map[int64]time.Time{}
+	firstAttempts := map[int64]int{}
 	for _, g := range cons.Rings() {
 		if _, seen := first[g.ID]; seen && g.Delivery.Redelivered {
 			r.Redelivered++
 			continue
 		}
 		r.Deliveries++
+		if attemptOf(g.Delivery) == 1 {
+			if firstAttempts[g.ID]++; firstAttempts[g.ID] == 2 {
+				r.FirstAttemptTwice++
+			}
+		}
 		p, ok := clocks[g.ID]
 		if !ok {
 			r.Foreign++
@@ -383,6 +393,9 @@ func (r clusterRings) check(t *testing.T, exactlyOnce bool) {
 	}
 	if r.Early > 0 {
 		t.Errorf("%d rings before ring_at", r.Early)
+	}
+	if r.FirstAttemptTwice > 0 {
+		t.Errorf("%d clocks were delivered twice with x-clock-attempt 1; a repeat must say 2 or more", r.FirstAttemptTwice)
 	}
 	if exactlyOnce && r.Duplicates > 0 {
 		t.Errorf("%d duplicate deliveries without any crash", r.Duplicates)

@@ -157,11 +157,15 @@ type ringJudge struct {
 	foreign   []string // a message of no created clock, or with another's identity
 	dups      int
 	redeliver int
+	// firstTwice: clocks delivered twice as attempt 1 (not a broker
+	// redelivery); a repeat must say 2 or more.
+	firstTwice []string
 }
 
 // judge reads what cons received against the created clocks.
 func judge(cons *testenv.Consumer, clocks []httpapi.Clock) ringJudge {
 	j := ringJudge{byID: map[int64]httpapi.Clock{}, got: map[int64]int{}}
+	firsts := map[int64]int{}
 	for _, c := range clocks {
 		j.byID[c.ID] = c
 	}
@@ -175,6 +179,10 @@ func judge(cons *testenv.Consumer, clocks []httpapi.Clock) ringJudge {
 		j.got[r.ID]++
 		if r.Delivery.Redelivered {
 			j.redeliver++
+		} else if attemptOf(r.Delivery) == 1 {
+			if firsts[r.ID]++; firsts[r.ID] == 2 {
+				j.firstTwice = append(j.firstTwice, c.BusinessID)
+			}
 		}
 		if j.got[r.ID] > 1 {
 			j.dups++
@@ -226,6 +234,10 @@ func (j ringJudge) check(t *testing.T) {
 	}
 	if m := j.missing(); len(m) > 0 {
 		t.Errorf("%d clocks never received, e.g. %v", len(m), m[:min(10, len(m))])
+	}
+	if len(j.firstTwice) > 0 {
+		t.Errorf("%d clocks delivered twice with x-clock-attempt 1 (a repeat must say 2 or more), e.g. %v",
+			len(j.firstTwice), j.firstTwice[:min(5, len(j.firstTwice))])
 	}
 }
 

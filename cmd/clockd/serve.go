@@ -69,7 +69,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Warn("shard count is fixed by the schema; ignoring clock.shards", "schema", shards, "config", cfg.Clock.Shards)
 	}
 	store := mysql.NewStore(db, mysql.StoreConfig{
-		Shards: shards, Writers: cfg.MySQL.Writers, MaxBatchRows: cfg.MySQL.BatchRows, Logger: log, Registerer: reg,
+		Shards: shards, Writers: cfg.MySQL.Writers, MaxBatchRows: cfg.MySQL.BatchRows,
+		WriteTimeout: cfg.MySQL.RequestTimeout, ResolveTimeout: cfg.MySQL.ResolveTimeout,
+		Logger: log, Registerer: reg,
 	})
 	defer store.Close()
 	registerStatusGauge(reg, store, log)
@@ -88,9 +90,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	queue := ring.NewQueue()
 	var feeder *preload.Manager
+	var loop *ring.Loop
 	hints := rabbit.NewHints(rabbit.HintConfig{
 		URL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, InstanceID: cfg.Cluster.InstanceID, Logger: log,
-		OnHint: func(d alarm.Due) { feeder.Offer(d) },
+		OnHint: func(d alarm.Due) { feeder.Offer(d) }, Registerer: reg,
 	})
 	feeder = preload.New(preload.Config{
 		InstanceID: cfg.Cluster.InstanceID, HTTPAddr: ln.Addr().String(), Shards: shards,
@@ -98,8 +101,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Batch: cfg.Preload.Batch, HeapCap: cfg.Preload.HeapCap,
 		LeaseTTL: cfg.Cluster.LeaseTTL, FiringTimeout: cfg.Ring.FiringTimeout,
 		Forward: hints.Send, Logger: log, Registerer: reg,
+		LeaseMargin: cfg.Ring.ClaimAhead + ring.DefaultMinLeaseLeft,
+		Drain:       func(ctx context.Context, shards []int) error { return loop.Drain(ctx, shards) },
+		Held:        func() []int64 { return loop.Held() },
 	}, store, queue)
-	loop := ring.New(ring.Config{
+	loop = ring.New(ring.Config{
 		ClaimAhead: cfg.Ring.ClaimAhead, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
 		Retry:       ring.Retry{Min: cfg.Ring.RetryMin, Max: cfg.Ring.RetryMax},
 		ResultLabel: rabbit.ResultName,
@@ -107,7 +113,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Logger:      log, Registerer: reg,
 	}, queue, store, publisher{pub}, feeder)
 
-	svc := alarm.NewService(store, feeder, time.Now, alarm.Limits{MaxPayloadBytes: cfg.Clock.MaxPayloadBytes})
+	svc := alarm.NewService(store, feeder, time.Now, alarm.Limits{MaxPayloadBytes: cfg.Clock.MaxPayloadBytes}, cfg.MySQL.RequestTimeout)
 	handler := httpapi.New(httpapi.Options{
 		Service: svc, Logger: log, Registerer: reg, Gatherer: reg,
 		MaxBodyBytes: int64(cfg.HTTP.MaxBodyBytes),
@@ -164,7 +170,7 @@ type publisher struct{ p *rabbit.Publisher }
 
 func (p publisher) Ready() error { return p.p.Ready() }
 
-func (p publisher) Publish(ctx context.Context, rings []ring.Ring) []error {
+func (p publisher) Publish(ctx context.Context, rings []ring.Ring) []ring.Result {
 	msgs := make([]rabbit.Message, len(rings))
 	for i, r := range rings {
 		c := r.Clock
@@ -173,7 +179,13 @@ func (p publisher) Publish(ctx context.Context, rings []ring.Ring) []error {
 			Attempt: r.Attempt, ContentType: c.ContentType, Body: []byte(c.Payload),
 		}
 	}
-	return p.p.PublishBatch(ctx, msgs)
+	errs := p.p.PublishBatch(ctx, msgs)
+	at := time.Now()
+	out := make([]ring.Result, len(errs))
+	for i, err := range errs {
+		out[i] = ring.Result{Err: err, At: at}
+	}
+	return out
 }
 
 // registerStatusGauge exports clocks per status, counted at most every

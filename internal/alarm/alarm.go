@@ -134,8 +134,11 @@ type NewClock struct {
 func (n NewClock) Same(c Clock) bool {
 	sameTime := n.RingAt.Equal(c.RingAt)
 	if n.ByDelay {
-		diff := c.RingAt.Sub(c.CreatedAt) - n.Delay
-		sameTime = diff > -time.Millisecond && diff < time.Millisecond
+		// The create ran at an instant in [CreatedAt, CreatedAt+1ms) (created_at
+		// keeps milliseconds) and set the ring to that instant plus the delay,
+		// rounded up: CeilMS(CreatedAt+Delay) or one millisecond later.
+		diff := c.RingAt.Sub(CeilMS(c.CreatedAt.Truncate(time.Millisecond).Add(n.Delay)))
+		sameTime = diff == 0 || diff == time.Millisecond
 	}
 	return sameTime && n.Payload == c.Payload && n.ContentType == c.ContentType &&
 		n.LatestRingAt.Equal(c.LatestRingAt) && n.MaxAttempts == c.MaxAttempts
@@ -179,6 +182,9 @@ type Store interface {
 type Scheduler interface {
 	Scheduled(clocks []Clock) // pending clocks, new or moved
 	Unscheduled(ids []int64)  // clocks no longer pending
+	// Recheck reads a shard from the store again: a change to one of its
+	// clocks may or may not have been applied.
+	Recheck(shard int)
 }
 
 // Due is a pending clock's place in time, as the preloader loads it.
@@ -201,4 +207,25 @@ type Outcome struct {
 	Status    Status    // pending (retry), expired or dead
 	NextTryAt time.Time // for pending
 	Error     string
+}
+
+// UnknownOutcomeError says a change was sent to the store but its outcome
+// could not be learned (MySQL stopped answering after the COMMIT was sent).
+// It matches ErrUnavailable. Shard tells the scheduler which shard to read
+// again, since memory may no longer match the row.
+type UnknownOutcomeError struct {
+	Shard int
+	Err   error
+}
+
+func (e *UnknownOutcomeError) Error() string { return e.Err.Error() }
+func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrUnavailable) work.
+func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrUnavailable }
+
+// Rung is a confirmed ring: the clock and when its confirm arrived.
+type Rung struct {
+	ID int64
+	At time.Time
 }

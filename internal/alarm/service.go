@@ -2,24 +2,48 @@ package alarm
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
 // Service is what the API calls: it validates, changes the store, and tells
 // the scheduler about clocks whose next try moved.
 type Service struct {
-	store  Store
-	sched  Scheduler
-	now    func() time.Time
-	limits Limits
+	store   Store
+	sched   Scheduler
+	now     func() time.Time
+	limits  Limits
+	timeout time.Duration
 }
 
+// DefaultTimeout bounds the store work of one call when none is given.
+const DefaultTimeout = 5 * time.Second
+
 // NewService wires a service. sched may be nil (no ring loop in process).
-func NewService(store Store, sched Scheduler, now func() time.Time, lim Limits) *Service {
+// timeout bounds the store work of each call (0: DefaultTimeout): past it
+// the call fails with ErrUnavailable and, for a change, nothing changed
+// (unless the change's outcome had to be found out, see the Store).
+func NewService(store Store, sched Scheduler, now func() time.Time, lim Limits, timeout time.Duration) *Service {
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{store: store, sched: sched, now: now, limits: lim}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &Service{store: store, sched: sched, now: now, limits: lim, timeout: timeout}
+}
+
+func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// settle keeps memory in step with MySQL after a change failed: when its
+// outcome is unknown, the row may have changed, so its shard is read again.
+func (s *Service) settle(err error) {
+	var u *UnknownOutcomeError
+	if s.sched != nil && errors.As(err, &u) {
+		s.sched.Recheck(u.Shard)
+	}
 }
 
 // Create validates and stores the given inputs, one result per input in
@@ -41,9 +65,12 @@ func (s *Service) Create(ctx context.Context, ins []CreateInput) []CreateResult 
 	if len(valid) == 0 {
 		return results
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	stored := s.store.Create(ctx, valid, now)
 	created := make([]Clock, 0, len(stored))
 	for j, r := range stored {
+		s.settle(r.Err)
 		results[pos[j]] = r
 		// An identical clock that already existed is offered too: if its
 		// create answered after the commit was lost, this is its first offer.
@@ -60,6 +87,8 @@ func (s *Service) Get(ctx context.Context, k Key) (Clock, error) {
 	if err := CheckKey(k); err != nil {
 		return Clock{}, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	return s.store.Get(ctx, k)
 }
 
@@ -68,10 +97,13 @@ func (s *Service) Cancel(ctx context.Context, k Key) (Clock, error) {
 	if err := CheckKey(k); err != nil {
 		return Clock{}, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.store.Cancel(ctx, k, s.now())
 	if err == nil && s.sched != nil {
 		s.sched.Unscheduled([]int64{c.ID})
 	}
+	s.settle(err)
 	return c, err
 }
 
@@ -84,12 +116,15 @@ func (s *Service) Reschedule(ctx context.Context, k Key, p PatchInput) (Clock, e
 	if err := p.Check(now, s.limits); err != nil {
 		return Clock{}, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.store.Reschedule(ctx, k, now, func(c Clock) (Clock, error) {
 		return p.Apply(c, now, s.limits)
 	})
 	if err == nil {
 		s.scheduled([]Clock{c})
 	}
+	s.settle(err)
 	return c, err
 }
 
@@ -98,10 +133,13 @@ func (s *Service) Replay(ctx context.Context, k Key) (Clock, error) {
 	if err := CheckKey(k); err != nil {
 		return Clock{}, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.store.Replay(ctx, k, s.now())
 	if err == nil {
 		s.scheduled([]Clock{c})
 	}
+	s.settle(err)
 	return c, err
 }
 
@@ -124,6 +162,8 @@ func (s *Service) List(ctx context.Context, q ListQuery) ([]Clock, int64, error)
 	}
 	limit := q.Limit
 	q.Limit++ // one more tells whether there is a next page
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	cs, err := s.store.List(ctx, q)
 	if err != nil {
 		return nil, 0, err

@@ -43,6 +43,11 @@ type MySQL struct {
 	MigrateOnStart bool   `yaml:"migrate_on_start"`
 	Writers        int    `yaml:"writers"`
 	BatchRows      int    `yaml:"batch_rows"`
+	// RequestTimeout bounds the MySQL work of one API request.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// ResolveTimeout bounds the search for the outcome of a change whose
+	// COMMIT was sent but not answered.
+	ResolveTimeout time.Duration `yaml:"resolve_timeout"`
 }
 
 // AMQP is the broker rings go to.
@@ -92,8 +97,9 @@ type Log struct {
 // Default returns the configuration with every default.
 func Default() Config {
 	return Config{
-		HTTP:    HTTP{Addr: "127.0.0.1:8080", MaxBodyBytes: 8 << 20, ShutdownTimeout: 15 * time.Second},
-		MySQL:   MySQL{DSN: "root:@tcp(127.0.0.1:3306)/clock", MaxOpenConns: 32, MigrateOnStart: true, Writers: 4, BatchRows: 500},
+		HTTP: HTTP{Addr: "127.0.0.1:8080", MaxBodyBytes: 8 << 20, ShutdownTimeout: 15 * time.Second},
+		MySQL: MySQL{DSN: "root:@tcp(127.0.0.1:3306)/clock", MaxOpenConns: 32, MigrateOnStart: true, Writers: 4, BatchRows: 500,
+			RequestTimeout: 5 * time.Second, ResolveTimeout: 30 * time.Second},
 		AMQP:    AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Exchange: "clock.ring", ConfirmTimeout: 5 * time.Second},
 		Clock:   Clock{MaxPayloadBytes: 64 << 10, Shards: 32},
 		Preload: Preload{Window: 10 * time.Second, Interval: time.Second, Rescan: 30 * time.Second, Batch: 2000, HeapCap: 200000},
@@ -122,6 +128,8 @@ func (c *Config) env() []envVar {
 		{"CLOCKD_MYSQL_MIGRATE_ON_START", "mysql.migrate_on_start", &c.MySQL.MigrateOnStart},
 		{"CLOCKD_MYSQL_WRITERS", "mysql.writers", &c.MySQL.Writers},
 		{"CLOCKD_MYSQL_BATCH_ROWS", "mysql.batch_rows", &c.MySQL.BatchRows},
+		{"CLOCKD_MYSQL_REQUEST_TIMEOUT", "mysql.request_timeout", &c.MySQL.RequestTimeout},
+		{"CLOCKD_MYSQL_RESOLVE_TIMEOUT", "mysql.resolve_timeout", &c.MySQL.ResolveTimeout},
 		{"CLOCKD_AMQP_URL", "amqp.url", &c.AMQP.URL},
 		{"CLOCKD_EXCHANGE", "amqp.exchange", &c.AMQP.Exchange},
 		{"CLOCKD_AMQP_CONFIRM_TIMEOUT", "amqp.confirm_timeout", &c.AMQP.ConfirmTimeout},
@@ -293,6 +301,12 @@ func (c Config) Validate() error {
 	}
 	if c.MySQL.BatchRows < 1 || c.MySQL.BatchRows > 5000 {
 		bad("mysql.batch_rows", "must be between 1 and 5000, got %d", c.MySQL.BatchRows)
+	}
+	if c.MySQL.RequestTimeout < 100*time.Millisecond || c.MySQL.RequestTimeout > 5*time.Minute {
+		bad("mysql.request_timeout", "must be between 100ms and 5m, got %s", c.MySQL.RequestTimeout)
+	}
+	if c.MySQL.ResolveTimeout < time.Second || c.MySQL.ResolveTimeout > 10*time.Minute {
+		bad("mysql.resolve_timeout", "must be between 1s and 10m, got %s", c.MySQL.ResolveTimeout)
 	}
 	if !strings.HasPrefix(c.AMQP.URL, "amqp://") && !strings.HasPrefix(c.AMQP.URL, "amqps://") {
 		bad("amqp.url", "must start with amqp:// or amqps://")

@@ -62,7 +62,7 @@ func newAPI(t *testing.T, edit ...func(*httpapi.Options)) *apiEnv {
 	reg := prometheus.NewRegistry()
 	store := mysql.NewStore(db, mysql.StoreConfig{Shards: shards, Logger: log, Registerer: reg})
 	t.Cleanup(store.Close)
-	svc := alarm.NewService(store, nil, time.Now, alarm.Limits{MaxPayloadBytes: testMaxPayload})
+	svc := alarm.NewService(store, nil, time.Now, alarm.Limits{MaxPayloadBytes: testMaxPayload}, 0)
 	opts := httpapi.Options{
 		Service: svc, Logger: log, Registerer: reg, Gatherer: reg, MaxBodyBytes: testMaxBody,
 		Ready: []httpapi.Check{{Name: "mysql", Check: store.Ping}},

@@ -9,16 +9,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
-	"github.com/pressly/goose/v3"
 
 	"github.com/clockd/clockd/internal/alarm"
-	"github.com/clockd/clockd/migrations"
 )
 
 // dbNowMS is the database clock in milliseconds; leases use it so that
@@ -71,7 +67,7 @@ func Open(ctx context.Context, dsn string, maxConns int) (*sqlx.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mysql connector: %w", err)
 	}
-	db := sqlx.NewDb(sql.OpenDB(connector), "mysql")
+	db := sqlx.NewDb(sql.OpenDB(sessionConnector{Connector: connector, init: sessionInit}), "mysql")
 	if maxConns <= 0 {
 		maxConns = 32
 	}
@@ -112,79 +108,21 @@ func quoteIdent(s string) string {
 	return string(append(out, '`'))
 }
 
-// Migrate applies all pending migrations.
-func Migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger) error {
-	p, err := provider(db)
-	if err != nil {
-		return err
-	}
-	res, err := p.Up(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate up: %w", err)
-	}
-	for _, r := range res {
-		log.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
-	}
-	return nil
-}
-
-// MigrateDown rolls back every migration (used by tests and operators).
-func MigrateDown(ctx context.Context, db *sqlx.DB) error {
-	p, err := provider(db)
-	if err != nil {
-		return err
-	}
-	if _, err := p.DownTo(ctx, 0); err != nil {
-		return fmt.Errorf("migrate down: %w", err)
-	}
-	return nil
-}
-
-func provider(db *sqlx.DB) (*goose.Provider, error) {
-	p, err := goose.NewProvider(goose.DialectMySQL, db.DB, migrations.FS)
-	if err != nil {
-		return nil, fmt.Errorf("goose provider: %w", err)
-	}
-	return p, nil
-}
-
-// SetupShards records the shard count on first use and makes sure one lease
-// row exists per shard. It returns the count in force, which is the recorded
-// one when it differs from want.
-func SetupShards(ctx context.Context, db *sqlx.DB, want int) (int, error) {
-	if _, err := db.ExecContext(ctx,
-		"INSERT IGNORE INTO clock_setting (name, value) VALUES ('shard_count', ?)", strconv.Itoa(want)); err != nil {
-		return 0, fmt.Errorf("record shard count: %w", err)
-	}
-	var v string
-	if err := db.GetContext(ctx, &v, "SELECT value FROM clock_setting WHERE name = 'shard_count'"); err != nil {
-		return 0, fmt.Errorf("read shard count: %w", err)
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("clock_setting shard_count %q is not a positive number", v)
-	}
-	q := "INSERT IGNORE INTO clock_shard (shard, update_time) VALUES "
-	args := make([]any, 0, n)
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			q += ","
-		}
-		q += "(?, 0)"
-		args = append(args, i)
-	}
-	if _, err := db.ExecContext(ctx, q, args...); err != nil {
-		return 0, fmt.Errorf("create shard rows: %w", err)
-	}
-	return n, nil
-}
-
 // mapErr turns driver errors into domain errors.
 func mapErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	for _, domain := range []error{alarm.ErrNotFound, alarm.ErrConflict, alarm.ErrInvalid, alarm.ErrTooLarge, alarm.ErrUnavailable} {
+		if errors.Is(err, domain) {
+			return err // already said
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// the request's deadline for MySQL passed: 503, nothing changed
+		return fmt.Errorf("%w: mysql did not answer in time: %w", alarm.ErrUnavailable, err)
+	}
+	if errors.Is(err, context.Canceled) {
 		return err
 	}
 	var me *mysql.MySQLError
@@ -198,26 +136,3 @@ func mapErr(err error) error {
 // isRetryable: a deadlock victim, a lock wait timeout, or a duplicate key
 // (a create that lost a race): the batch can run again.
 func isRetryable(err error) bool { return isLockConflict(err) || isDuplicate(err) }
-
-// execRetry runs a statement, again when InnoDB chose it as a deadlock
-// victim or its lock wait timed out (it was rolled back; nothing applied).
-func (s *Store) execRetry(ctx context.Context, q string, args ...any) error {
-	var err error
-	for attempt := 0; attempt < 4; attempt++ {
-		if _, err = s.db.ExecContext(ctx, q, args...); err == nil || !isLockConflict(err) {
-			return err
-		}
-		time.Sleep(time.Duration(attempt+1) * 2 * time.Millisecond)
-	}
-	return err
-}
-
-func isLockConflict(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
-}
-
-func isDuplicate(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1062
-}

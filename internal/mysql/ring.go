@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,19 +48,42 @@ func (s *Store) LoadDue(ctx context.Context, shard int, afterAt time.Time, after
 	return out, nil
 }
 
+// sortedIDs returns the ids in ascending order (a copy): statements that
+// change many clocks lock their rows by primary key in one order, so that
+// two of them never wait for each other crosswise.
+func sortedIDs(ids []int64) []int64 {
+	out := append([]int64(nil), ids...)
+	slices.Sort(out)
+	return out
+}
+
 // Claim moves the given clocks from pending to firing, but only in shards
 // that owner still holds with the given epochs (fencing), and returns the
 // clocks it claimed. Clocks cancelled or changed meanwhile are not claimed.
+// The claim counts the attempt about to be made (attempts + 1), so that a
+// clock rung again after a takeover says attempt 2 or more.
+//
+// The rows are found and locked by primary key only (the shard fence is a
+// subquery on clock_shard, not a join that could drive the scan through the
+// (shard, status, next_try_time) index and lock ranges of it).
 func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, ids []int64, token int64, until, now time.Time) ([]alarm.Clock, error) {
 	if len(ids) == 0 || len(leases) == 0 {
 		return nil, nil
 	}
+	ids = sortedIDs(ids)
 	var b strings.Builder
-	args := make([]any, 0, 4+2*len(leases)+len(ids))
-	b.WriteString(`UPDATE clock c JOIN clock_shard s ON s.shard = c.shard
-		SET c.status = 'firing', c.claim_epoch = s.epoch, c.claim_token = ?, c.update_time = ?
-		WHERE c.status = 'pending' AND c.next_try_time <= ? AND s.owner = ? AND s.lease_until > ` + dbNowMS + ` AND (s.shard, s.epoch) IN (`)
-	args = append(args, token, ms(now), ms(until), owner)
+	args := make([]any, 0, 6+4*len(leases)+len(ids))
+	b.WriteString(`UPDATE clock SET status = 'firing', attempts = attempts + 1, claim_token = ?, update_time = ?, claim_epoch = CASE shard`)
+	args = append(args, token, ms(now))
+	for _, l := range leases {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, l.Shard, l.Epoch)
+	}
+	b.WriteString(" END WHERE id IN (" + placeholders(len(ids)) + ") AND status = 'pending' AND next_try_time <= ?")
+	args = append(args, idArgs(ids)...)
+	args = append(args, ms(until))
+	b.WriteString(" AND shard IN (SELECT shard FROM clock_shard WHERE owner = ? AND lease_until > " + dbNowMS + " AND (shard, epoch) IN (")
+	args = append(args, owner)
 	for i, l := range leases {
 		if i > 0 {
 			b.WriteByte(',')
@@ -67,8 +91,7 @@ func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, i
 		b.WriteString("(?,?)")
 		args = append(args, l.Shard, l.Epoch)
 	}
-	b.WriteString(") AND c.id IN (" + placeholders(len(ids)) + ")")
-	args = append(args, idArgs(ids)...)
+	b.WriteString("))")
 	if err := s.execRetry(ctx, b.String(), args...); err != nil {
 		return nil, fmt.Errorf("claim %d clocks: %w", len(ids), mapErr(err))
 	}
@@ -84,6 +107,10 @@ func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, i
 	return out, nil
 }
 
+// notAttempted undoes the attempt a claim counted, for a clock that was
+// never published.
+const notAttempted = "attempts = GREATEST(attempts, 1) - 1"
+
 // Release puts back to pending those of ids that a claim with the given
 // token left firing. A claim whose answer was lost (connection cut, timeout)
 // may still have been applied; its clocks must not wait for the firing
@@ -92,9 +119,9 @@ func (s *Store) Release(ctx context.Context, token int64, ids []int64, now time.
 	if len(ids) == 0 {
 		return nil
 	}
-	q := `UPDATE clock SET status = 'pending', claim_token = NULL, update_time = ?
-		WHERE status = 'firing' AND claim_token = ? AND id IN (` + placeholders(len(ids)) + ")"
-	if _, err := s.db.ExecContext(ctx, q, append([]any{ms(now), token}, idArgs(ids)...)...); err != nil {
+	q := `UPDATE clock SET status = 'pending', ` + notAttempted + `, claim_token = NULL, update_time = ?
+		WHERE id IN (` + placeholders(len(ids)) + ") AND status = 'firing' AND claim_token = ?"
+	if err := s.execRetry(ctx, q, append(append([]any{ms(now)}, idArgs(sortedIDs(ids))...), token)...); err != nil {
 		return fmt.Errorf("release %d clocks of a lost claim: %w", len(ids), mapErr(err))
 	}
 	return nil
@@ -106,36 +133,55 @@ func (s *Store) Release(ctx context.Context, token int64, ids []int64, now time.
 // cannot overwrite the claim of the shard's new owner (which would leave a
 // clock rung by the new owner pending, or put its claimed clock back).
 
-// fence is the WHERE clause of a fenced write and its arguments.
+// fence is the WHERE clause of a fenced write and its arguments; the ids
+// are sorted so that rows are locked in primary-key order.
 func fence(ids, tokens []int64) (string, []any) {
 	if len(tokens) == 0 {
 		tokens = []int64{-1} // matches nothing
 	}
-	args := append(idArgs(ids), idArgs(tokens)...)
-	return " WHERE status = 'firing' AND id IN (" + placeholders(len(ids)) + ") AND claim_token IN (" + placeholders(len(tokens)) + ")", args
+	args := append(idArgs(sortedIDs(ids)), idArgs(tokens)...)
+	return " WHERE id IN (" + placeholders(len(ids)) + ") AND status = 'firing' AND claim_token IN (" + placeholders(len(tokens)) + ")", args
 }
 
-// MarkRung records confirmed rings of clocks claimed with the given tokens.
-func (s *Store) MarkRung(ctx context.Context, ids, tokens []int64, at time.Time) error {
-	if len(ids) == 0 {
+// MarkRung records confirmed rings of clocks claimed with the given tokens,
+// each with the time its own confirm arrived, and clears the error of the
+// failed attempts before it.
+func (s *Store) MarkRung(ctx context.Context, rungs []alarm.Rung, tokens []int64) error {
+	if len(rungs) == 0 {
 		return nil
 	}
-	where, args := fence(ids, tokens)
-	q := "UPDATE clock SET status = 'rung', rung_at = ?, attempts = attempts + 1, claim_token = NULL, update_time = ?" + where
-	if _, err := s.db.ExecContext(ctx, q, append([]any{ms(at), ms(at)}, args...)...); err != nil {
-		return fmt.Errorf("mark %d clocks rung: %w", len(ids), mapErr(err))
+	var b strings.Builder
+	args := make([]any, 0, 2*len(rungs)+len(rungs)+len(tokens)+1)
+	b.WriteString("UPDATE clock SET status = 'rung', last_error = NULL, claim_token = NULL, rung_at = CASE id")
+	ids := make([]int64, len(rungs))
+	var last time.Time
+	for i, r := range rungs {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, r.ID, ms(r.At))
+		ids[i] = r.ID
+		if r.At.After(last) {
+			last = r.At
+		}
+	}
+	b.WriteString(" END, update_time = ?")
+	args = append(args, ms(last))
+	where, wargs := fence(ids, tokens)
+	b.WriteString(where)
+	if err := s.execRetry(ctx, b.String(), append(args, wargs...)...); err != nil {
+		return fmt.Errorf("mark %d clocks rung: %w", len(rungs), mapErr(err))
 	}
 	return nil
 }
 
 // Fail records failed attempts of clocks claimed with the given tokens:
 // each goes back to pending with its next try, or becomes expired or dead.
+// (The attempt was counted when the clock was claimed.)
 func (s *Store) Fail(ctx context.Context, outs []alarm.Outcome, tokens []int64, now time.Time) error {
 	if len(outs) == 0 {
 		return nil
 	}
 	var b strings.Builder
-	args := make([]any, 0, 7*len(outs)+len(tokens)+2)
+	args := make([]any, 0, 6*len(outs)+len(tokens)+2)
 	b.WriteString("UPDATE clock SET status = CASE id")
 	for _, o := range outs {
 		b.WriteString(" WHEN ? THEN ?")
@@ -155,7 +201,7 @@ func (s *Store) Fail(ctx context.Context, outs []alarm.Outcome, tokens []int64, 
 		b.WriteString(" WHEN ? THEN ?")
 		args = append(args, o.ID, alarm.TrimError(o.Error))
 	}
-	b.WriteString(" END, attempts = attempts + 1, claim_token = NULL, update_time = ?")
+	b.WriteString(" END, claim_token = NULL, update_time = ?")
 	args = append(args, ms(now))
 	ids := make([]int64, len(outs))
 	for i, o := range outs {
@@ -164,7 +210,7 @@ func (s *Store) Fail(ctx context.Context, outs []alarm.Outcome, tokens []int64, 
 	where, wargs := fence(ids, tokens)
 	b.WriteString(where)
 	args = append(args, wargs...)
-	if _, err := s.db.ExecContext(ctx, b.String(), args...); err != nil {
+	if err := s.execRetry(ctx, b.String(), args...); err != nil {
 		return fmt.Errorf("record %d failed attempts: %w", len(outs), mapErr(err))
 	}
 	return nil
@@ -173,13 +219,13 @@ func (s *Store) Fail(ctx context.Context, outs []alarm.Outcome, tokens []int64, 
 // Expire marks firing clocks expired without an attempt: their
 // latest_ring_at passed before they could be published.
 func (s *Store) Expire(ctx context.Context, ids, tokens []int64, now time.Time) error {
-	return s.setFiring(ctx, "expire", ids, tokens, "status = 'expired', last_error = 'latest_ring_at passed before it could ring'", now)
+	return s.setFiring(ctx, "expire", ids, tokens, "status = 'expired', "+notAttempted+", last_error = 'latest_ring_at passed before it could ring'", now)
 }
 
 // Unclaim puts firing clocks back to pending untouched (no attempt was
 // made: the broker was unavailable or the lease was lost before publish).
 func (s *Store) Unclaim(ctx context.Context, ids, tokens []int64, now time.Time) error {
-	return s.setFiring(ctx, "unclaim", ids, tokens, "status = 'pending'", now)
+	return s.setFiring(ctx, "unclaim", ids, tokens, "status = 'pending', "+notAttempted, now)
 }
 
 func (s *Store) setFiring(ctx context.Context, verb string, ids, tokens []int64, set string, now time.Time) error {
@@ -188,7 +234,7 @@ func (s *Store) setFiring(ctx context.Context, verb string, ids, tokens []int64,
 	}
 	where, args := fence(ids, tokens)
 	q := "UPDATE clock SET " + set + ", claim_token = NULL, update_time = ?" + where
-	if _, err := s.db.ExecContext(ctx, q, append([]any{ms(now)}, args...)...); err != nil {
+	if err := s.execRetry(ctx, q, append([]any{ms(now)}, args...)...); err != nil {
 		return fmt.Errorf("%s %d clocks: %w", verb, len(ids), mapErr(err))
 	}
 	return nil
@@ -196,15 +242,31 @@ func (s *Store) setFiring(ctx context.Context, verb string, ids, tokens []int64,
 
 // RecoverFiring puts back to pending the firing clocks of a shard that were
 // claimed under an older epoch (a previous owner that died mid-flight) or
-// whose claim is older than staleBefore. It returns how many it recovered.
-func (s *Store) RecoverFiring(ctx context.Context, shard int, epoch int64, staleBefore time.Time, now time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE clock SET status = 'pending', claim_token = NULL, update_time = ?
-		WHERE shard = ? AND status = 'firing' AND (claim_epoch IS NULL OR claim_epoch < ? OR update_time < ?)`,
-		ms(now), shard, epoch, ms(staleBefore))
+// whose claim is older than staleBefore, except those claimed with one of
+// the held tokens: this process still holds them (a ring in flight, or a
+// confirmed ring whose outcome is not written yet) and will record them.
+// The attempt stays counted: the ring may have reached the broker, so the
+// next one says attempt 2 or more. It returns how many it recovered.
+func (s *Store) RecoverFiring(ctx context.Context, shard int, epoch int64, staleBefore time.Time, held []int64, now time.Time) (int64, error) {
+	q := `UPDATE clock SET status = 'pending', claim_token = NULL, update_time = ?
+		WHERE shard = ? AND status = 'firing' AND (claim_epoch IS NULL OR claim_epoch < ? OR update_time < ?)`
+	args := []any{ms(now), shard, epoch, ms(staleBefore)}
+	if len(held) > 0 {
+		q += " AND claim_token NOT IN (" + placeholders(len(held)) + ")"
+		args = append(args, idArgs(held)...)
+	}
+	var n int64
+	err := retryLocked(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("recover firing clocks of shard %d: %w", shard, mapErr(err))
 	}
-	n, _ := res.RowsAffected()
 	return n, nil
 }
 

@@ -70,17 +70,22 @@ func TestRingWritesAreFencedByClaimToken(t *testing.T) {
 	if err != nil || len(leases) != 1 {
 		t.Fatal(leases, err)
 	}
-	if n, err := s.RecoverFiring(ctx, 0, leases[0].Epoch, time.Now().Add(-time.Hour), time.Now()); err != nil || n != 1 {
+	if n, err := s.RecoverFiring(ctx, 0, leases[0].Epoch, time.Now().Add(-time.Hour), nil, time.Now()); err != nil || n != 1 {
 		t.Fatalf("recover: %d %v", n, err)
 	}
 	now := time.Now()
-	if got, err := s.Claim(ctx, "b", leases, ids, 2, now.Add(time.Second), now); err != nil || len(got) != 1 {
+	got, err := s.Claim(ctx, "b", leases, ids, 2, now.Add(time.Second), now)
+	if err != nil || len(got) != 1 {
 		t.Fatalf("claim by b: %v %v", got, err)
+	}
+	// a's ring may have reached the broker: b's is attempt 2, not 1 again
+	if got[0].Attempts != 2 {
+		t.Fatalf("the re-ring after a takeover is attempt %d, want 2", got[0].Attempts)
 	}
 	// a's late writes change nothing
 	late := []func() error{
 		func() error { return s.Unclaim(ctx, ids, []int64{1}, time.Now()) },
-		func() error { return s.MarkRung(ctx, ids, []int64{1}, time.Now()) },
+		func() error { return s.MarkRung(ctx, []alarm.Rung{{ID: id, At: time.Now()}}, []int64{1}) },
 		func() error { return s.Expire(ctx, ids, []int64{1, 7}, time.Now()) },
 		func() error {
 			return s.Fail(ctx, []alarm.Outcome{{ID: id, Status: alarm.StatusPending, NextTryAt: time.Now(), Error: "x"}}, []int64{1}, time.Now())
@@ -92,16 +97,17 @@ func TestRingWritesAreFencedByClaimToken(t *testing.T) {
 		if err := w(); err != nil {
 			t.Fatalf("late write %d: %v", i, err)
 		}
-		if c := status(t, s, alarm.StatusFiring); c.Attempts != 0 {
-			t.Fatalf("late write %d counted an attempt", i)
+		if c := status(t, s, alarm.StatusFiring); c.Attempts != 2 {
+			t.Fatalf("late write %d changed the attempts to %d", i, c.Attempts)
 		}
 	}
-	// b's write applies
-	if err := s.MarkRung(ctx, ids, []int64{2}, time.Now()); err != nil {
+	// b's write applies, with its own confirm time
+	confirmed := time.Now().Add(-1500 * time.Millisecond).Truncate(time.Millisecond)
+	if err := s.MarkRung(ctx, []alarm.Rung{{ID: id, At: confirmed}}, []int64{2}); err != nil {
 		t.Fatal(err)
 	}
-	if c := status(t, s, alarm.StatusRung); c.Attempts != 1 || c.RungAt.IsZero() {
-		t.Errorf("after b's ring: attempts %d rung_at %v", c.Attempts, c.RungAt)
+	if c := status(t, s, alarm.StatusRung); c.Attempts != 2 || !c.RungAt.Equal(confirmed) {
+		t.Errorf("after b's ring: attempts %d rung_at %v, want 2 and %v", c.Attempts, c.RungAt, confirmed)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,7 +19,7 @@ import (
 )
 
 const clockCols = `id, application, business_id, shard, status, payload, content_type, target_ring_at,
-latest_ring_at, max_attempts, attempts, next_try_time, last_error, rung_at, create_time, update_time`
+latest_ring_at, max_attempts, attempts, next_try_time, last_error, rung_at, create_time, update_time, op_token`
 
 // row is a clock as the table holds it.
 type row struct {
@@ -38,6 +39,7 @@ type row struct {
 	RungAt       sql.NullInt64  `db:"rung_at"`
 	CreateTime   int64          `db:"create_time"`
 	UpdateTime   int64          `db:"update_time"`
+	OpToken      sql.NullInt64  `db:"op_token"`
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
@@ -75,13 +77,28 @@ type StoreConfig struct {
 	Writers       int // goroutines committing create batches; default 4
 	MaxBatchRows  int // rows per INSERT; default 500
 	MaxBatchBytes int // payload bytes per INSERT; default 4 MiB
-	Logger        *slog.Logger
-	Registerer    prometheus.Registerer
+	// WriteTimeout bounds a create batch that no request deadline bounds
+	// sooner; default 5 s.
+	WriteTimeout time.Duration
+	// ResolveTimeout is how long clockd tries to find out the outcome of a
+	// change whose COMMIT was sent but not answered, before it gives up
+	// and says the outcome is unknown; default 30 s.
+	ResolveTimeout time.Duration
+	// SelectIDs makes creates read the new ids with a SELECT even when the
+	// server hands out consecutive ids: the path MySQL 8 takes
+	// (innodb_autoinc_lock_mode=2), forced so that it can be tested on
+	// MariaDB.
+	SelectIDs  bool
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 // Store is the MySQL implementation of alarm.Store. Concurrent creates are
 // coalesced by a few writer goroutines into multi-row INSERTs (group
-// commit); a create returns only after its batch is committed.
+// commit, create.go); a create returns only after its batch is committed.
+// Every change made through the API is a transaction that marks the row
+// with a random op_token, so that a change whose COMMIT answer was lost can
+// be recognised when the row is read again.
 type Store struct {
 	db   *sqlx.DB
 	cfg  StoreConfig
@@ -101,13 +118,17 @@ type Store struct {
 	consecutiveIDs bool
 }
 
-type createReq struct {
-	ctx    context.Context
-	clocks []alarm.NewClock
-	now    time.Time
-	res    []alarm.CreateResult
-	taken  int // clocks handed to batches so far (writer-owned)
-	done   chan struct{}
+// newToken returns a random, positive, non-zero token (BIGINT UNSIGNED
+// columns, compared as int64).
+func newToken() int64 { return rand.Int64N(1<<62) + 1 }
+
+// ctxErr turns a context's end into the error a request answers: its
+// deadline passed (503), or its client went away.
+func ctxErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", alarm.ErrUnavailable, err)
+	}
+	return err
 }
 
 var _ alarm.Store = (*Store)(nil)
@@ -122,6 +143,12 @@ func NewStore(db *sqlx.DB, cfg StoreConfig) *Store {
 	}
 	if cfg.MaxBatchBytes <= 0 {
 		cfg.MaxBatchBytes = 4 << 20
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	if cfg.ResolveTimeout <= 0 {
+		cfg.ResolveTimeout = 30 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -172,325 +199,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Create hands the clocks to the writers and waits for the commit.
-func (s *Store) Create(ctx context.Context, clocks []alarm.NewClock, now time.Time) []alarm.CreateResult {
-	r := &createReq{ctx: ctx, clocks: clocks, now: now, res: make([]alarm.CreateResult, len(clocks)), done: make(chan struct{})}
-	fail := func(err error) []alarm.CreateResult {
-		for i := range r.res {
-			r.res[i].Err = err
-		}
-		return r.res
-	}
-	select {
-	case s.reqs <- r:
-	case <-ctx.Done():
-		return fail(ctx.Err())
-	case <-s.stop:
-		return fail(fmt.Errorf("%w: store is shutting down", alarm.ErrUnavailable))
-	}
-	<-r.done // the batch is committed or failed; never abandon it halfway
-	return r.res
-}
-
-// item is one clock of a batch with its place in its request.
-type item struct {
-	req *createReq
-	i   int
-}
-
-func (it item) clock() *alarm.NewClock { return &it.req.clocks[it.i] }
-
-func (s *Store) writer() {
-	defer s.wg.Done()
-	var pending []*createReq // requests not yet fully written, oldest first
-	for {
-		if len(pending) == 0 {
-			select {
-			case r := <-s.reqs:
-				pending = append(pending, r)
-			case <-s.stop:
-				return
-			}
-		}
-		// Take what else is waiting right now, up to one batch worth.
-		waiting := 0
-		for _, r := range pending {
-			waiting += len(r.clocks) - r.taken
-		}
-	gather:
-		for waiting < s.cfg.MaxBatchRows {
-			select {
-			case r := <-s.reqs:
-				pending = append(pending, r)
-				waiting += len(r.clocks)
-			default:
-				break gather
-			}
-		}
-		// Cut one batch; a large request may span several.
-		var batch []item
-		var finished []*createReq
-		bytes := 0
-		for len(pending) > 0 && len(batch) < s.cfg.MaxBatchRows && bytes < s.cfg.MaxBatchBytes {
-			r := pending[0]
-			for r.taken < len(r.clocks) && len(batch) < s.cfg.MaxBatchRows && bytes < s.cfg.MaxBatchBytes {
-				batch = append(batch, item{r, r.taken})
-				bytes += len(r.clocks[r.taken].Payload) + 256
-				r.taken++
-			}
-			if r.taken == len(r.clocks) {
-				finished = append(finished, r)
-				pending = pending[1:]
-			}
-		}
-		s.commitBatch(batch)
-		for _, r := range finished {
-			close(r.done)
-		}
-	}
-}
-
-func (s *Store) commitBatch(batch []item) {
-	if len(batch) == 0 {
-		return
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var err error
-	for attempt := 0; attempt < 8; attempt++ {
-		if attempt == 0 {
-			err = s.insertFast(ctx, batch)
-			if err == nil {
-				break
-			}
-			if !isDuplicate(err) {
-				continue
-			}
-		}
-		err = s.insertChecked(ctx, batch)
-		if err == nil || !isRetryable(err) {
-			break
-		}
-		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
-	}
-	if err != nil {
-		s.log.Error("create batch failed", "rows", len(batch), "err", err)
-		err = mapErr(err)
-		for _, it := range batch {
-			it.req.res[it.i] = alarm.CreateResult{Err: fmt.Errorf("create: %w", err)}
-		}
-	}
-	s.batchRows.Observe(float64(len(batch)))
-	s.batchDur.Observe(time.Since(start).Seconds())
-}
-
-const insertCols = `(application, business_id, shard, status, payload, content_type, target_ring_at,
-latest_ring_at, max_attempts, attempts, next_try_time, create_time, update_time) VALUES `
-
-func (s *Store) insertSQL(batch []item) (string, []any) {
-	var b strings.Builder
-	b.WriteString("INSERT INTO clock ")
-	b.WriteString(insertCols)
-	args := make([]any, 0, len(batch)*13)
-	for j, it := range batch {
-		if j > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?,?,'pending',?,?,?,?,?,0,?,?,?)")
-		c := it.clock()
-		now := ms(it.req.now)
-		args = append(args, c.Application, c.BusinessID, alarm.ShardOf(c.Application, c.BusinessID, s.cfg.Shards),
-			c.Payload, c.ContentType, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts,
-			ms(alarm.DueAt(c.RingAt, it.req.now)), now, now)
-	}
-	return b.String(), args
-}
-
-func keyList(b *strings.Builder, args []any, keys []alarm.Key) []any {
-	b.WriteString("(application, business_id) IN (")
-	for j, k := range keys {
-		if j > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?)")
-		args = append(args, k.Application, k.BusinessID)
-	}
-	b.WriteByte(')')
-	return args
-}
-
-// insertFast is the common case: no key exists yet. One autocommit INSERT,
-// then one SELECT for the ids. A duplicate key fails the whole statement
-// and sends the batch to insertChecked.
-func (s *Store) insertFast(ctx context.Context, batch []item) error {
-	q, args := s.insertSQL(batch)
-	res, err := s.db.ExecContext(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("insert clocks: %w", err)
-	}
-	if s.consecutiveIDs {
-		first, err := res.LastInsertId()
-		if n, nerr := res.RowsAffected(); err == nil && nerr == nil && n == int64(len(batch)) {
-			for j, it := range batch {
-				it.req.res[it.i] = alarm.CreateResult{Clock: newClock(first+int64(j), *it.clock(), it.req.now, s.cfg.Shards), Created: true}
-			}
-			return nil
-		}
-	}
-	keys := make([]alarm.Key, len(batch))
-	for j, it := range batch {
-		c := it.clock()
-		keys[j] = alarm.Key{Application: c.Application, BusinessID: c.BusinessID}
-	}
-	ids, err := s.idsOf(ctx, s.db, keys)
-	if err != nil {
-		return err
-	}
-	for _, it := range batch {
-		c := it.clock()
-		id, ok := ids[alarm.Key{Application: c.Application, BusinessID: c.BusinessID}]
-		if !ok {
-			return fmt.Errorf("inserted clock %s/%s not found", c.Application, c.BusinessID)
-		}
-		it.req.res[it.i] = alarm.CreateResult{Clock: newClock(id, *c, it.req.now, s.cfg.Shards), Created: true}
-	}
-	return nil
-}
-
-func newClock(id int64, c alarm.NewClock, now time.Time, shards int) alarm.Clock {
-	now = fromMS(ms(now))
-	return alarm.Clock{
-		ID: id, Application: c.Application, BusinessID: c.BusinessID,
-		Shard:   alarm.ShardOf(c.Application, c.BusinessID, shards),
-		Payload: c.Payload, ContentType: c.ContentType, RingAt: c.RingAt, LatestRingAt: c.LatestRingAt,
-		MaxAttempts: c.MaxAttempts, Status: alarm.StatusPending, NextTryAt: alarm.DueAt(c.RingAt, now),
-		CreatedAt: now, UpdatedAt: now,
-	}
-}
-
-func (s *Store) idsOf(ctx context.Context, q sqlx.QueryerContext, keys []alarm.Key) (map[alarm.Key]int64, error) {
-	var b strings.Builder
-	b.WriteString("SELECT id, application, business_id FROM clock WHERE ")
-	args := keyList(&b, make([]any, 0, 2*len(keys)), keys)
-	var rs []struct {
-		ID          int64  `db:"id"`
-		Application string `db:"application"`
-		BusinessID  string `db:"business_id"`
-	}
-	if err := sqlx.SelectContext(ctx, q, &rs, b.String(), args...); err != nil {
-		return nil, fmt.Errorf("read new clock ids: %w", err)
-	}
-	out := make(map[alarm.Key]int64, len(rs))
-	for _, r := range rs {
-		out[alarm.Key{Application: r.Application, BusinessID: r.BusinessID}] = r.ID
-	}
-	return out, nil
-}
-
-// insertChecked handles batches with existing keys: in one transaction it
-// locks the existing rows, answers them (identical -> 200, different ->
-// 409), and inserts the rest.
-func (s *Store) insertChecked(ctx context.Context, batch []item) (err error) {
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	seen := make(map[alarm.Key]bool, len(batch))
-	keys := make([]alarm.Key, 0, len(batch))
-	for _, it := range batch {
-		c := it.clock()
-		k := alarm.Key{Application: c.Application, BusinessID: c.BusinessID}
-		if !seen[k] {
-			seen[k] = true
-			keys = append(keys, k)
-		}
-	}
-	var b strings.Builder
-	b.WriteString("SELECT " + clockCols + " FROM clock WHERE ")
-	args := keyList(&b, nil, keys)
-	b.WriteString(" FOR UPDATE")
-	var rows []row
-	if err := tx.SelectContext(ctx, &rows, b.String(), args...); err != nil {
-		return fmt.Errorf("lock existing clocks: %w", err)
-	}
-	existing := make(map[alarm.Key]alarm.Clock, len(rows))
-	for _, r := range rows {
-		existing[alarm.Key{Application: r.Application, BusinessID: r.BusinessID}] = r.clock()
-	}
-	// first new item per key inserts; later items of the same key compare to it
-	firstNew := make(map[alarm.Key]item)
-	var inserts []item
-	type later struct {
-		it    item
-		first item
-	}
-	var laters []later
-	results := make(map[item]alarm.CreateResult, len(batch))
-	for _, it := range batch {
-		c := it.clock()
-		k := alarm.Key{Application: c.Application, BusinessID: c.BusinessID}
-		if ex, ok := existing[k]; ok {
-			results[it] = answerExisting(*c, ex)
-			continue
-		}
-		if f, ok := firstNew[k]; ok {
-			laters = append(laters, later{it, f})
-			continue
-		}
-		firstNew[k] = it
-		inserts = append(inserts, it)
-	}
-	if len(inserts) > 0 {
-		q, iargs := s.insertSQL(inserts)
-		if _, err := tx.ExecContext(ctx, q, iargs...); err != nil {
-			return fmt.Errorf("insert clocks: %w", err)
-		}
-		ikeys := make([]alarm.Key, len(inserts))
-		for j, it := range inserts {
-			c := it.clock()
-			ikeys[j] = alarm.Key{Application: c.Application, BusinessID: c.BusinessID}
-		}
-		ids, err := s.idsOf(ctx, tx, ikeys)
-		if err != nil {
-			return err
-		}
-		for j, it := range inserts {
-			id, ok := ids[ikeys[j]]
-			if !ok {
-				return fmt.Errorf("inserted clock %s not found", ikeys[j])
-			}
-			results[it] = alarm.CreateResult{Clock: newClock(id, *it.clock(), it.req.now, s.cfg.Shards), Created: true}
-		}
-		for _, l := range laters {
-			first := results[l.first].Clock
-			results[l.it] = answerExisting(*l.it.clock(), first)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	for it, r := range results {
-		it.req.res[it.i] = r
-	}
-	return nil
-}
-
-func answerExisting(n alarm.NewClock, ex alarm.Clock) alarm.CreateResult {
-	if n.Same(ex) {
-		return alarm.CreateResult{Clock: ex}
-	}
-	return alarm.CreateResult{Clock: ex, Err: &alarm.ConflictError{Clock: ex,
-		Message: fmt.Sprintf("clock %s/%s exists with different content (status %s); use PATCH to change it",
-			ex.Application, ex.BusinessID, ex.Status)}}
-}
-
-func (s *Store) get(ctx context.Context, q sqlx.QueryerContext, k alarm.Key, lock bool) (alarm.Clock, error) {
+func (s *Store) getRow(ctx context.Context, q sqlx.QueryerContext, k alarm.Key, lock bool) (row, error) {
 	query := "SELECT " + clockCols + " FROM clock WHERE application = ? AND business_id = ?"
 	if lock {
 		query += " FOR UPDATE"
@@ -498,9 +207,17 @@ func (s *Store) get(ctx context.Context, q sqlx.QueryerContext, k alarm.Key, loc
 	var r row
 	if err := sqlx.GetContext(ctx, q, &r, query, k.Application, k.BusinessID); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return alarm.Clock{}, fmt.Errorf("clock %s: %w", k, alarm.ErrNotFound)
+			return row{}, fmt.Errorf("clock %s: %w", k, alarm.ErrNotFound)
 		}
-		return alarm.Clock{}, fmt.Errorf("get clock %s: %w", k, mapErr(err))
+		return row{}, fmt.Errorf("get clock %s: %w", k, mapErr(err))
+	}
+	return r, nil
+}
+
+func (s *Store) get(ctx context.Context, q sqlx.QueryerContext, k alarm.Key, lock bool) (alarm.Clock, error) {
+	r, err := s.getRow(ctx, q, k, lock)
+	if err != nil {
+		return alarm.Clock{}, err
 	}
 	return r.clock(), nil
 }
@@ -510,37 +227,145 @@ func (s *Store) Get(ctx context.Context, k alarm.Key) (alarm.Clock, error) {
 	return s.get(ctx, s.db, k, false)
 }
 
-// transition changes a clock with a single conditional UPDATE and reads it
-// back; when no row changed it tells not-found from wrong-state.
-func (s *Store) transition(ctx context.Context, k alarm.Key, verb, set string, setArgs []any, from ...alarm.Status) (alarm.Clock, error) {
-	q := "UPDATE clock SET " + set + " WHERE application = ? AND business_id = ? AND status IN (" +
-		strings.TrimSuffix(strings.Repeat("?,", len(from)), ",") + ")"
-	args := append(append([]any{}, setArgs...), k.Application, k.BusinessID)
-	for _, st := range from {
-		args = append(args, string(st))
+// unknownError: a COMMIT was sent and its answer lost (connection cut,
+// deadline): the change may or may not be applied.
+type unknownError struct{ err error }
+
+func (e *unknownError) Error() string { return e.err.Error() }
+func (e *unknownError) Unwrap() error { return e.err }
+
+// errUnchanged ends a transaction that found nothing to change.
+var errUnchanged = errors.New("nothing to change")
+
+// inTx runs fn in a transaction and commits it, again when it was chosen as
+// a deadlock or lock-wait victim. An error before the COMMIT means nothing
+// was applied (the transaction is rolled back, by us or, when the
+// connection is gone, by the server); an *unknownError from the COMMIT
+// means the outcome is unknown.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	return retryLocked(ctx, func() error {
+		tx, err := s.db.BeginTxx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return commit(tx)
+	})
+}
+
+// resolve runs read, on fresh connections, until MySQL answers it or
+// ResolveTimeout passes: it finds out the outcome of a change whose COMMIT
+// answer was lost. It is not bound to the request's context: memory must
+// follow the row even when the client went away.
+func (s *Store) resolve(ctx context.Context, read func(ctx context.Context) error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ResolveTimeout)
+	defer cancel()
+	var err error
+	for attempt := 1; ; attempt++ {
+		actx, acancel := context.WithTimeout(rctx, 2*time.Second)
+		err = read(actx)
+		acancel()
+		if err == nil || errors.Is(err, alarm.ErrNotFound) {
+			return err
+		}
+		d := min(time.Duration(attempt)*100*time.Millisecond, time.Second)
+		select {
+		case <-rctx.Done():
+			s.log.Error("outcome of a change unknown: MySQL did not answer", "waited", s.cfg.ResolveTimeout.String(), "err", err)
+			return fmt.Errorf("%w: the change was sent but MySQL did not confirm it and did not answer for %s: its outcome is unknown; read the clock, then retry: %v",
+				alarm.ErrUnavailable, s.cfg.ResolveTimeout, err)
+		case <-time.After(d):
+		}
 	}
-	res, err := s.db.ExecContext(ctx, q, args...)
-	if err != nil {
-		return alarm.Clock{}, fmt.Errorf("%s clock %s: %w", verb, k, mapErr(err))
+}
+
+// change applies one API change to the clock k inside a transaction marked
+// with a fresh op_token: update runs the change and reports whether it
+// changed the row (false: refused for the clock's state, in which case the
+// clock is read for the answer). When the COMMIT's answer is lost the row is
+// read again: the token tells whether this change was applied; if it was
+// not, it runs again.
+func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update func(tx *sqlx.Tx, token int64) (bool, error)) (alarm.Clock, error) {
+	for attempt := 1; ; attempt++ {
+		token := newToken()
+		var c alarm.Clock
+		var refused error
+		err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+			changed, err := update(tx, token)
+			if err != nil {
+				return err
+			}
+			c, err = s.get(ctx, tx, k, false)
+			if err != nil {
+				return err
+			}
+			if !changed {
+				refused = &alarm.ConflictError{Clock: c, Message: fmt.Sprintf("cannot %s clock %s: it is %s", verb, k, c.Status)}
+				return errUnchanged
+			}
+			return nil
+		})
+		switch {
+		case err == nil:
+			return c, nil
+		case errors.Is(err, errUnchanged):
+			return c, refused
+		}
+		var unknown *unknownError
+		if !errors.As(err, &unknown) {
+			if connectionLost(err) && attempt < 3 && ctx.Err() == nil {
+				continue // before the COMMIT: rolled back, so run it again
+			}
+			return alarm.Clock{}, fmt.Errorf("%s clock %s: %w", verb, k, mapErr(err))
+		}
+		var r row
+		rerr := s.resolve(ctx, func(ctx context.Context) (err error) {
+			r, err = s.getRow(ctx, s.db, k, false)
+			return err
+		})
+		if rerr != nil && !errors.Is(rerr, alarm.ErrNotFound) {
+			return alarm.Clock{}, &alarm.UnknownOutcomeError{Shard: alarm.ShardOf(k.Application, k.BusinessID, s.cfg.Shards),
+				Err: fmt.Errorf("%s clock %s: %w", verb, k, rerr)}
+		}
+		if rerr == nil && r.OpToken.Valid && r.OpToken.Int64 == token {
+			return r.clock(), nil // applied: its answer was lost, not the change
+		}
+		if attempt == 3 || ctx.Err() != nil {
+			return alarm.Clock{}, fmt.Errorf("%w: %s clock %s: not applied: %v", alarm.ErrUnavailable, verb, k, err)
+		}
+		// not applied: MySQL answers again, so run it again
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return alarm.Clock{}, fmt.Errorf("%s clock %s: %w", verb, k, mapErr(err))
-	}
-	c, err := s.get(ctx, s.db, k, false)
-	if err != nil {
-		return alarm.Clock{}, err
-	}
-	if n == 0 {
-		return c, &alarm.ConflictError{Clock: c, Message: fmt.Sprintf("cannot %s clock %s: it is %s", verb, k, c.Status)}
-	}
-	return c, nil
+}
+
+// transition changes a clock with a conditional UPDATE (only from the given
+// statuses) and reads it back, in one transaction.
+func (s *Store) transition(ctx context.Context, k alarm.Key, verb, set string, setArgs []any, now time.Time, from ...alarm.Status) (alarm.Clock, error) {
+	q := "UPDATE clock SET " + set + ", op_token = ?, update_time = ? WHERE application = ? AND business_id = ? AND status IN (" +
+		placeholders(len(from)) + ")"
+	return s.change(ctx, k, verb, func(tx *sqlx.Tx, token int64) (bool, error) {
+		args := append(append([]any{}, setArgs...), token, ms(now), k.Application, k.BusinessID)
+		for _, st := range from {
+			args = append(args, string(st))
+		}
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return false, fmt.Errorf("%s clock %s: %w", verb, k, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return false, fmt.Errorf("%s clock %s: %w", verb, k, err)
+		}
+		return n > 0, nil
+	})
 }
 
 // Cancel moves a pending clock to cancelled. Claims change rows only while
 // pending too, so exactly one of a cancel and a claim wins.
 func (s *Store) Cancel(ctx context.Context, k alarm.Key, now time.Time) (alarm.Clock, error) {
-	return s.transition(ctx, k, "cancel", "status = 'cancelled', update_time = ?", []any{ms(now)}, alarm.StatusPending)
+	return s.transition(ctx, k, "cancel", "status = 'cancelled'", nil, now, alarm.StatusPending)
 }
 
 // Replay puts an expired or dead clock back to pending, due now, with a
@@ -549,43 +374,38 @@ func (s *Store) Replay(ctx context.Context, k alarm.Key, now time.Time) (alarm.C
 	n := ms(now)
 	return s.transition(ctx, k, "replay",
 		`status = 'pending', next_try_time = ?, attempts = 0, claim_token = NULL, claim_epoch = NULL,
-		 latest_ring_at = IF(latest_ring_at <= ?, NULL, latest_ring_at), update_time = ?`,
-		[]any{n, n, n}, alarm.StatusExpired, alarm.StatusDead)
+		 latest_ring_at = IF(latest_ring_at <= ?, NULL, latest_ring_at)`,
+		[]any{n, n}, now, alarm.StatusExpired, alarm.StatusDead)
 }
 
 // Reschedule changes a pending clock inside a transaction.
-func (s *Store) Reschedule(ctx context.Context, k alarm.Key, now time.Time, apply func(alarm.Clock) (alarm.Clock, error)) (c alarm.Clock, err error) {
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return alarm.Clock{}, fmt.Errorf("reschedule clock %s: %w", k, mapErr(err))
-	}
-	defer func() {
+func (s *Store) Reschedule(ctx context.Context, k alarm.Key, now time.Time, apply func(alarm.Clock) (alarm.Clock, error)) (alarm.Clock, error) {
+	var invalid error
+	c, err := s.change(ctx, k, "reschedule", func(tx *sqlx.Tx, token int64) (bool, error) {
+		cur, err := s.get(ctx, tx, k, true)
 		if err != nil {
-			_ = tx.Rollback()
+			return false, err
 		}
-	}()
-	cur, err := s.get(ctx, tx, k, true)
-	if err != nil {
-		return alarm.Clock{}, err
+		if cur.Status != alarm.StatusPending {
+			return false, nil
+		}
+		c, err := apply(cur)
+		if err != nil {
+			invalid = err
+			return false, errUnchanged
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE clock SET payload = ?, target_ring_at = ?, latest_ring_at = ?, max_attempts = ?,
+			next_try_time = ?, op_token = ?, update_time = ? WHERE id = ? AND status = 'pending'`,
+			c.Payload, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts, ms(c.NextTryAt), token, ms(now), c.ID)
+		if err != nil {
+			return false, fmt.Errorf("reschedule clock %s: %w", k, err)
+		}
+		return true, nil
+	})
+	if invalid != nil {
+		return alarm.Clock{}, invalid
 	}
-	if cur.Status != alarm.StatusPending {
-		return cur, &alarm.ConflictError{Clock: cur, Message: fmt.Sprintf("cannot reschedule clock %s: it is %s", k, cur.Status)}
-	}
-	c, err = apply(cur)
-	if err != nil {
-		return alarm.Clock{}, err
-	}
-	c.UpdatedAt = fromMS(ms(now))
-	_, err = tx.ExecContext(ctx, `UPDATE clock SET payload = ?, target_ring_at = ?, latest_ring_at = ?, max_attempts = ?,
-		next_try_time = ?, update_time = ? WHERE id = ? AND status = 'pending'`,
-		c.Payload, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts, ms(c.NextTryAt), ms(now), c.ID)
-	if err != nil {
-		return alarm.Clock{}, fmt.Errorf("reschedule clock %s: %w", k, mapErr(err))
-	}
-	if err := tx.Commit(); err != nil {
-		return alarm.Clock{}, fmt.Errorf("reschedule clock %s: commit: %w", k, mapErr(err))
-	}
-	return c, nil
+	return c, err
 }
 
 // List returns clocks newest first, below q.BeforeID when set.

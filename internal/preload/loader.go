@@ -41,12 +41,13 @@ type loader struct {
 	done   chan struct{}
 }
 
-// setValid extends the local reckoning of the lease. When it had lapsed
-// (a pause, a slow lease round), the ring loop may have dropped clocks of
-// this shard it could not claim: rescan so that they come back.
+// setValid extends the local reckoning of the lease. When it had lapsed, or
+// had less than LeaseMargin left (a pause, a slow lease round), the ring
+// loop may have dropped clocks of this shard it could not claim: rescan so
+// that they come back.
 func (l *loader) setValid(t time.Time) {
 	l.mu.Lock()
-	lapsed := !l.validUntil.IsZero() && !time.Now().Before(l.validUntil)
+	lapsed := !l.validUntil.IsZero() && !time.Now().Add(l.m.cfg.LeaseMargin).Before(l.validUntil)
 	l.validUntil = t
 	l.mu.Unlock()
 	if lapsed && !t.IsZero() {
@@ -64,6 +65,21 @@ func (l *loader) valid(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return now.Before(l.validUntil)
+}
+
+func (l *loader) until() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// rescan starts a full rescan now.
+func (l *loader) rescan() {
+	l.reset()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
 }
 
 // reset starts a full rescan of both ranges.
@@ -123,7 +139,7 @@ func (l *loader) lastFullTime() time.Time {
 // claim that was never published nor recorded).
 func (l *loader) recoverStale(ctx context.Context) {
 	now := l.m.now()
-	n, err := l.m.store.RecoverFiring(ctx, l.shard, l.epoch, now.Add(-l.m.cfg.FiringTimeout), now)
+	n, err := l.m.store.RecoverFiring(ctx, l.shard, l.epoch, now.Add(-l.m.cfg.FiringTimeout), l.m.cfg.Held(), now)
 	if err != nil {
 		return
 	}

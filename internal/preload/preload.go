@@ -22,7 +22,7 @@ import (
 // Store is what the preloader needs of MySQL.
 type Store interface {
 	LoadDue(ctx context.Context, shard int, afterAt time.Time, afterID int64, until time.Time, limit int) ([]alarm.Due, error)
-	RecoverFiring(ctx context.Context, shard int, epoch int64, staleBefore, now time.Time) (int64, error)
+	RecoverFiring(ctx context.Context, shard int, epoch int64, staleBefore time.Time, held []int64, now time.Time) (int64, error)
 	Heartbeat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration) error
 	LiveInstances(ctx context.Context) ([]string, error)
 	RenewLeases(ctx context.Context, owner string, ttl time.Duration) ([]alarm.Lease, error)
@@ -44,8 +44,22 @@ type Config struct {
 	LeaseTTL      time.Duration
 	FiringTimeout time.Duration // a firing clock older than this is recovered
 	// Forward, when set, receives clocks due within the window whose shard
-	// another instance owns, so that their owner can be told at once.
-	Forward    func([]alarm.Due)
+	// another instance owns (or whose lease here has lapsed), so that their
+	// owner can be told at once.
+	Forward func([]alarm.Due)
+	// Drain, when set, is called before shards are given up for a
+	// rebalance: it returns once the ring loop holds nothing of theirs.
+	Drain func(ctx context.Context, shards []int) error
+	// LeaseMargin: the ring loop claims a shard's clocks only while its
+	// lease has this long left (claim ahead + the least lease a publish
+	// needs), dropping the others; a lease renewed with less than this left
+	// counts as lapsed, so that the shard is rescanned for what was dropped.
+	LeaseMargin time.Duration
+	// DrainTimeout bounds Drain; default the lease TTL.
+	DrainTimeout time.Duration
+	// Held, when set, returns the claim tokens of the clocks the ring loop
+	// holds: recovery of firing clocks leaves them alone.
+	Held       func() []int64
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	Now        func() time.Time
@@ -83,6 +97,12 @@ func New(cfg Config, store Store, q *ring.Queue) *Manager {
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 2000
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = cfg.LeaseTTL
+	}
+	if cfg.Held == nil {
+		cfg.Held = func() []int64 { return nil }
 	}
 	m := &Manager{cfg: cfg, store: store, q: q, log: cfg.Logger, now: cfg.Now, loaders: map[int]*loader{}, started: cfg.Now()}
 	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "clockd_shards_owned", Help: "Shards this instance holds a lease on."})
@@ -209,6 +229,17 @@ func (m *Manager) round(ctx context.Context) error {
 		for _, s := range give {
 			m.stopLoader(s)
 		}
+		// Drain, then release: the next owner must find none of their
+		// clocks armed or in flight here, or it recovers and rings them a
+		// second time.
+		if m.cfg.Drain != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), m.cfg.DrainTimeout)
+			err := m.cfg.Drain(dctx, give)
+			cancel()
+			if err != nil {
+				m.log.Warn("shards handed over before their rings in flight were recorded; the next owner may ring some again", "shards", give, "err", err)
+			}
+		}
 		if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, give); err != nil {
 			return err
 		}
@@ -246,7 +277,7 @@ func (m *Manager) round(ctx context.Context) error {
 		}
 		m.mu.Unlock()
 		if !ok {
-			n, err := m.store.RecoverFiring(ctx, l.Shard, l.Epoch, m.now().Add(-m.cfg.FiringTimeout), m.now())
+			n, err := m.store.RecoverFiring(ctx, l.Shard, l.Epoch, m.now().Add(-m.cfg.FiringTimeout), m.cfg.Held(), m.now())
 			if err != nil {
 				return err
 			}
@@ -336,13 +367,28 @@ func (m *Manager) Leases(shards []int) []alarm.Lease {
 	return out
 }
 
-// Valid reports whether the shard is still held, under the given epoch, by
-// the local clock's reckoning of the lease (with a safety margin).
-func (m *Manager) Valid(shard int, epoch int64) bool {
+// ValidUntil is when the hold on the shard under the given epoch ends by the
+// local clock's reckoning of the lease (with a safety margin); zero when
+// the shard is not held under that epoch.
+func (m *Manager) ValidUntil(shard int, epoch int64) time.Time {
 	m.mu.Lock()
 	ld, ok := m.loaders[shard]
 	m.mu.Unlock()
-	return ok && ld.epoch == epoch && ld.valid(time.Now())
+	if !ok || ld.epoch != epoch {
+		return time.Time{}
+	}
+	return ld.until()
+}
+
+// Recheck reads a shard's window from MySQL again soon: memory may no
+// longer match its rows (a change whose outcome could not be learned).
+func (m *Manager) Recheck(shard int) {
+	m.mu.Lock()
+	ld, ok := m.loaders[shard]
+	m.mu.Unlock()
+	if ok {
+		ld.rescan()
+	}
 }
 
 // Offer takes a clock whose next try is known (new, moved, retried): it
@@ -372,7 +418,7 @@ func (m *Manager) Scheduled(clocks []alarm.Clock) {
 		ld, ok := m.loaders[d.Shard]
 		m.mu.Unlock()
 		switch {
-		case ok:
+		case ok && ld.valid(time.Now()):
 			ld.offer(d)
 		case m.cfg.Forward != nil && !d.At.After(horizon):
 			remote = append(remote, d)

@@ -87,6 +87,7 @@ func (s *fakeStore) Claim(_ context.Context, owner string, leases []alarm.Lease,
 				continue
 			}
 			s.setStatus(c, alarm.StatusFiring)
+			c.Attempts++ // the claim counts the attempt
 			s.tokens[id] = token
 			out = append(out, *c)
 			call.got = append(call.got, id)
@@ -109,6 +110,7 @@ func (s *fakeStore) Release(_ context.Context, token int64, ids []int64, now tim
 	for _, id := range ids {
 		if c := s.rows[id]; c != nil && c.Status == alarm.StatusFiring && s.tokens[id] == token {
 			s.setStatus(c, alarm.StatusPending)
+			c.Attempts = max(c.Attempts, 1) - 1
 		}
 	}
 	return nil
@@ -120,18 +122,18 @@ func (s *fakeStore) fenced(id int64, tokens []int64) bool {
 	return c != nil && c.Status == alarm.StatusFiring && slices.Contains(tokens, s.tokens[id])
 }
 
-func (s *fakeStore) MarkRung(_ context.Context, ids, tokens []int64, at time.Time) error {
+func (s *fakeStore) MarkRung(_ context.Context, rungs []alarm.Rung, tokens []int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.writeErr != nil {
 		return s.writeErr
 	}
-	for _, id := range ids {
-		if c := s.rows[id]; s.fenced(id, tokens) {
+	for _, r := range rungs {
+		if c := s.rows[r.ID]; s.fenced(r.ID, tokens) {
 			s.setStatus(c, alarm.StatusRung)
-			c.Attempts++
-			c.RungAt = at
-			s.rung = append(s.rung, id)
+			c.RungAt = r.At
+			c.LastError = ""
+			s.rung = append(s.rung, r.ID)
 		}
 	}
 	return nil
@@ -146,7 +148,6 @@ func (s *fakeStore) Fail(_ context.Context, outs []alarm.Outcome, tokens []int64
 	for _, o := range outs {
 		if c := s.rows[o.ID]; s.fenced(o.ID, tokens) {
 			s.setStatus(c, o.Status)
-			c.Attempts++
 			c.LastError = o.Error
 			c.NextTryAt = o.NextTryAt
 			if o.NextTryAt.IsZero() {
@@ -175,6 +176,7 @@ func (s *fakeStore) set(ids, tokens []int64, st alarm.Status, log *[]int64) erro
 	for _, id := range ids {
 		if c := s.rows[id]; s.fenced(id, tokens) {
 			s.setStatus(c, st)
+			c.Attempts = max(c.Attempts, 1) - 1 // expire, unclaim: no attempt was made
 			*log = append(*log, id)
 		}
 	}
@@ -217,6 +219,7 @@ type fakePub struct {
 type pubCall struct {
 	at    time.Time
 	rings []Ring
+	left  time.Duration // until the ctx's deadline (0: none)
 }
 
 func (p *fakePub) Ready() error {
@@ -231,21 +234,27 @@ func (p *fakePub) setReady(err error) {
 	p.ready = err
 }
 
-func (p *fakePub) Publish(ctx context.Context, rings []Ring) []error {
+func (p *fakePub) Publish(ctx context.Context, rings []Ring) []Result {
 	p.mu.Lock()
-	p.calls = append(p.calls, pubCall{at: p.clk.Now(), rings: slices.Clone(rings)})
+	call := pubCall{at: p.clk.Now(), rings: slices.Clone(rings)}
+	if dl, ok := ctx.Deadline(); ok {
+		call.left = time.Until(dl)
+	}
+	p.calls = append(p.calls, call)
 	gate, result := p.gate, p.result
 	p.mu.Unlock()
 	if gate != nil {
 		<-gate
 	}
-	errs := make([]error, len(rings))
-	if result != nil {
-		for i, r := range rings {
-			errs[i] = result(r)
+	res := make([]Result, len(rings))
+	at := p.clk.Now()
+	for i, r := range rings {
+		res[i].At = at
+		if result != nil {
+			res[i].Err = result(r)
 		}
 	}
-	return errs
+	return res
 }
 
 func (p *fakePub) published() []pubCall {
@@ -273,6 +282,7 @@ type fakeFeed struct {
 	mu     sync.Mutex
 	lost   map[int]bool
 	offers []alarm.Due
+	until  time.Time // lease end of every held shard (far ahead unless a test sets it)
 }
 
 func (f *fakeFeed) Owner() string { return "me" }
@@ -289,10 +299,19 @@ func (f *fakeFeed) Leases(shards []int) []alarm.Lease {
 	return out
 }
 
-func (f *fakeFeed) Valid(shard int, epoch int64) bool {
+func (f *fakeFeed) ValidUntil(shard int, epoch int64) time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return !f.lost[shard] && epoch == 1
+	if f.lost[shard] || epoch != 1 {
+		return time.Time{}
+	}
+	return f.until
+}
+
+func (f *fakeFeed) setUntil(t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.until = t
 }
 
 func (f *fakeFeed) Offer(d alarm.Due) {
@@ -353,7 +372,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	clk := newFakeClock(t0)
 	h := &harness{t: t, clk: clk, q: NewQueue(), store: newFakeStore(clk), pub: &fakePub{clk: clk}}
-	h.feed = &fakeFeed{q: h.q}
+	h.feed = &fakeFeed{q: h.q, until: h.clk.Now().Add(24 * time.Hour)}
 	if cfg.ClaimAhead == 0 {
 		cfg.ClaimAhead = claimAhead
 	}
@@ -420,4 +439,7 @@ func clockAt(id int64, at time.Time) alarm.Clock {
 	return alarm.Clock{ID: id, Shard: int(id % 4), RingAt: at}
 }
 
-var errBroker = errors.New("message unroutable")
+var (
+	errBroker = errors.New("message unroutable")
+	errMySQL  = errors.New("mysql: invalid connection")
+)

@@ -58,6 +58,14 @@ func (h *minHeap) Pop() any {
 	return e
 }
 
+// reindex restores the heap after entries were removed in place.
+func (h *minHeap) reindex() {
+	for i, e := range *h {
+		e.index = i
+	}
+	heap.Init(h)
+}
+
 // Schedule is the set of clocks loaded into memory: two min-heaps (live and
 // backlog) with an index by id and counts per shard and class. It is not
 // safe for concurrent use; Queue wraps it with a lock.

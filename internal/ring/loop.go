@@ -1,13 +1,14 @@
 package ring
 
+// The ring loop is three loops: the claimer claims due clocks from the
+// in-memory queue in MySQL a little ahead of their deadline (claim.go), the
+// firer publishes each at its deadline (fire.go), and the recorder writes
+// what became of it (record.go). This file holds the state they share.
+
 import (
-	"container/heap"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"sort"
 	"sync"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 
 // Store is what the ring loop needs of MySQL.
 type Store interface {
+	// Claim moves pending clocks to firing and counts the attempt about
+	// to be made: the claimed clocks' Attempts is that attempt's number.
 	Claim(ctx context.Context, owner string, leases []alarm.Lease, ids []int64, token int64, until, now time.Time) ([]alarm.Clock, error)
 	// Release puts back to pending those of ids that a claim with token
 	// left firing (a claim that failed may have been applied).
@@ -25,7 +28,7 @@ type Store interface {
 	// The outcome writes apply only to clocks still firing under one of
 	// the given claim tokens (fencing: a previous owner of a shard that
 	// records late must not overwrite the claim of the new owner).
-	MarkRung(ctx context.Context, ids, tokens []int64, at time.Time) error
+	MarkRung(ctx context.Context, rungs []alarm.Rung, tokens []int64) error
 	Fail(ctx context.Context, outs []alarm.Outcome, tokens []int64, now time.Time) error
 	Expire(ctx context.Context, ids, tokens []int64, now time.Time) error
 	Unclaim(ctx context.Context, ids, tokens []int64, now time.Time) error
@@ -37,17 +40,27 @@ type Ring struct {
 	Attempt int
 }
 
-// Publisher publishes rings with confirms: nil per ring means confirmed.
+// Publisher publishes rings with confirms, one Result per ring. It gives up
+// waiting for confirms when ctx's deadline passes.
 type Publisher interface {
-	Publish(ctx context.Context, rings []Ring) []error
+	Publish(ctx context.Context, rings []Ring) []Result
 	Ready() error
+}
+
+// Result is what became of one published ring: Err nil means the broker
+// confirmed it, at At (zero: when Publish returned).
+type Result struct {
+	Err error
+	At  time.Time
 }
 
 // Feeder owns the shards: it tells their leases and takes clocks back.
 type Feeder interface {
 	Owner() string
 	Leases(shards []int) []alarm.Lease
-	Valid(shard int, epoch int64) bool
+	// ValidUntil is when this instance's hold on the shard under epoch
+	// ends by its own reckoning (zero when it does not hold it).
+	ValidUntil(shard int, epoch int64) time.Time
 	Offer(d alarm.Due)
 	Drained(shards []int)
 }
@@ -58,8 +71,11 @@ type Config struct {
 	ClaimBatch  int
 	MaxInFlight int // claimed but not yet finished
 	Publishers  int // concurrent publish batches
-	Retry       Retry
-	ResultLabel func(error) string // names a publish error in metrics
+	// MinLeaseLeft: a publish starts only while the shard's lease has at
+	// least this long left, and its wait for confirms ends with the lease.
+	MinLeaseLeft time.Duration
+	Retry        Retry
+	ResultLabel  func(error) string // names a publish error in metrics
 	// NotSent tells a publish error for which the message surely never
 	// reached the broker (not connected): the clock goes back to pending
 	// without counting an attempt.
@@ -68,6 +84,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	Clock      Clock // nil: the real clock
 }
+
+// DefaultMinLeaseLeft is Config.MinLeaseLeft when not set.
+const DefaultMinLeaseLeft = 100 * time.Millisecond
 
 // Loop claims due clocks, publishes them at their time and records the
 // outcome.
@@ -80,12 +99,18 @@ type Loop struct {
 	log   *slog.Logger
 	clk   Clock
 
+	// claimMu is held by the claimer for one claim: Drain takes it so that
+	// no claim of a shard being handed over is under way.
+	claimMu sync.Mutex
+
 	mu       sync.Mutex
 	armed    minHeap           // claimed clocks waiting for their deadline
 	clocks   map[int64]claimed // armed clocks by id
-	tokens   map[int64]int64   // claim token of every clock in flight
+	flights  map[int64]flight  // every clock in flight: claimed, not yet recorded
+	perShard map[int]int       // clocks in flight per shard
 	inFlight int
 	slots    chan struct{} // signalled when in-flight drops
+	landed   chan struct{} // signalled when in-flight drops, for Drain
 	armWake  chan struct{}
 
 	doneMu  sync.Mutex
@@ -97,6 +122,12 @@ type Loop struct {
 	lost []lostClaim // claims of unknown outcome, released before the next claim (claimer only)
 
 	m metrics
+}
+
+// flight is a clock in flight: the token of its claim and its shard.
+type flight struct {
+	token int64
+	shard int
 }
 
 // lostClaim is a claim that failed: MySQL may have applied it anyway.
@@ -112,8 +143,7 @@ type claimed struct {
 }
 
 type results struct {
-	rung    []int64
-	rungAt  time.Time
+	rung    []alarm.Rung
 	failed  []alarm.Outcome
 	failCls []alarm.Clock
 	expired []int64
@@ -142,6 +172,9 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 	if cfg.Publishers <= 0 {
 		cfg.Publishers = 8
 	}
+	if cfg.MinLeaseLeft <= 0 {
+		cfg.MinLeaseLeft = DefaultMinLeaseLeft
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -156,12 +189,14 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 	}
 	l := &Loop{
 		cfg: cfg, q: q, store: store, pub: pub, feed: feed, log: cfg.Logger, clk: cfg.Clock,
-		clocks:  map[int64]claimed{},
-		tokens:  map[int64]int64{},
-		slots:   make(chan struct{}, 1),
-		armWake: make(chan struct{}, 1),
-		doneSig: make(chan struct{}, 1),
-		sem:     make(chan struct{}, cfg.Publishers),
+		clocks:   map[int64]claimed{},
+		flights:  map[int64]flight{},
+		perShard: map[int]int{},
+		slots:    make(chan struct{}, 1),
+		landed:   make(chan struct{}, 1),
+		armWake:  make(chan struct{}, 1),
+		doneSig:  make(chan struct{}, 1),
+		sem:      make(chan struct{}, cfg.Publishers),
 	}
 	l.m.rings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clockd_rings_total", Help: "Ring attempts by result (rung, unroutable, nacked, timeout, unavailable, error) and clocks expired or dead.",
@@ -225,6 +260,70 @@ func (l *Loop) Run(ctx context.Context) error {
 	return nil
 }
 
+// Held returns the claim tokens of the clocks this loop holds (in flight:
+// armed, being published, or confirmed and not yet recorded). Recovery of
+// stale firing clocks must leave them alone.
+func (l *Loop) Held() []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[int64]bool{}
+	var out []int64
+	for _, f := range l.flights {
+		if !seen[f.token] {
+			seen[f.token] = true
+			out = append(out, f.token)
+		}
+	}
+	return out
+}
+
+// Drain is called before the shards are handed to another instance (a
+// rebalance): no claim of theirs is under way when it returns, their armed
+// clocks go back to pending, and their rings in flight are confirmed (or
+// failed) and recorded, so that the next owner finds no clock of theirs
+// firing and rings none twice. It waits at most until ctx is done.
+func (l *Loop) Drain(ctx context.Context, shards []int) error {
+	drop := map[int]bool{}
+	for _, s := range shards {
+		drop[s] = true
+	}
+	l.claimMu.Lock() // a claim under way ends first (the loaders are stopped)
+	l.mu.Lock()
+	var back []alarm.Clock
+	kept := l.armed[:0]
+	for _, e := range l.armed {
+		if drop[e.due.Shard] {
+			back = append(back, l.clocks[e.due.ID].Clock)
+			delete(l.clocks, e.due.ID)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	l.armed = kept
+	l.armed.reindex()
+	l.mu.Unlock()
+	l.claimMu.Unlock()
+	if len(back) > 0 {
+		l.report(func(r *results) { r.unclaim = append(r.unclaim, back...) })
+	}
+	for {
+		l.mu.Lock()
+		n := 0
+		for s := range drop {
+			n += l.perShard[s]
+		}
+		l.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drain shards %v: %d clocks still in flight: %w", shards, n, ctx.Err())
+		case <-l.landed:
+		}
+	}
+}
+
 // releaseLost puts back to pending the clocks of the claims of unknown
 // outcome and offers them to the feeder again (they may have been dropped
 // from memory meanwhile, and a rescan does not see clocks left firing).
@@ -281,405 +380,4 @@ func (l *Loop) sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C():
 		return true
 	}
-}
-
-// claimer moves due clocks from the queue to the armed set, claiming them
-// in MySQL a little ahead of their deadline.
-func (l *Loop) claimer(ctx context.Context) {
-	timer := l.clk.NewTimer(time.Hour)
-	defer timer.Stop()
-	failures := 0
-	for ctx.Err() == nil {
-		// back-pressure: bounded in-flight
-		l.mu.Lock()
-		full := l.inFlight+l.cfg.ClaimBatch > l.cfg.MaxInFlight
-		l.mu.Unlock()
-		if full {
-			select {
-			case <-ctx.Done():
-				return
-			case <-l.slots:
-			}
-			continue
-		}
-		if len(l.lost) > 0 {
-			if err := l.releaseLost(ctx, true); err != nil {
-				failures++
-				if failures == 1 || failures%100 == 0 {
-					l.log.Warn("claims paused until MySQL answers", "err", err, "failures", failures)
-				}
-				if !l.sleep(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)) {
-					return
-				}
-				continue
-			}
-		}
-		if err := l.pub.Ready(); err != nil {
-			// no broker: leave clocks pending rather than claim what cannot ring
-			if !l.sleep(ctx, 50*time.Millisecond) {
-				return
-			}
-			continue
-		}
-		now := l.clk.Now()
-		at, ok := l.q.Earliest()
-		if !ok || at.After(now.Add(l.cfg.ClaimAhead)) {
-			wait := time.Hour
-			if ok {
-				wait = at.Sub(now) - l.cfg.ClaimAhead
-			}
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C():
-			case <-l.q.Wake():
-			}
-			continue
-		}
-		dues := l.q.PopDue(now.Add(l.cfg.ClaimAhead), l.cfg.ClaimBatch)
-		if len(dues) == 0 {
-			continue
-		}
-		if err := l.claim(ctx, dues, now); err != nil {
-			failures++
-			if failures == 1 || failures%100 == 0 {
-				l.log.Warn("claim failed; ringing paused until it works", "clocks", len(dues), "err", err, "failures", failures)
-			}
-			if !l.sleep(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)) {
-				return
-			}
-			continue
-		}
-		if failures > 0 {
-			l.log.Info("claims work again", "after_failures", failures)
-			failures = 0
-		}
-	}
-}
-
-// claim claims dues in MySQL and arms what it got. When MySQL fails, the
-// dues are offered back to the feeder (and the claim is remembered as
-// lost, see releaseLost). Dues of shards whose lease is not
-// valid at the moment are dropped: when the shard is lost its new owner
-// loads them; when the local reckoning of the lease lapsed and is renewed,
-// the feeder rescans the shard. Offering them back instead would have them
-// popped again at once, ahead of the clocks of other shards.
-func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error {
-	shardSet := map[int]bool{}
-	for _, d := range dues {
-		shardSet[d.Shard] = true
-	}
-	shards := make([]int, 0, len(shardSet))
-	for s := range shardSet {
-		shards = append(shards, s)
-	}
-	sort.Ints(shards)
-	leases := l.feed.Leases(shards)
-	held := make(map[int]int64, len(leases))
-	for _, ls := range leases {
-		held[ls.Shard] = ls.Epoch
-	}
-	ids := make([]int64, 0, len(dues))
-	for _, d := range dues {
-		if _, ok := held[d.Shard]; ok {
-			ids = append(ids, d.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	token := rand.Int64()
-	got, err := l.store.Claim(cctx, l.feed.Owner(), leases, ids, token, now.Add(l.cfg.ClaimAhead), now)
-	if err != nil {
-		// The claim may have been applied: the claimer releases it before
-		// it claims again, else its clocks stay firing until the firing
-		// timeout. Until then they wait in memory.
-		lc := lostClaim{token: token}
-		for _, d := range dues {
-			if _, ok := held[d.Shard]; ok {
-				lc.dues = append(lc.dues, d)
-				l.feed.Offer(d)
-			}
-		}
-		l.lost = append(l.lost, lc)
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	l.feed.Drained(shards)
-	l.m.claims.Observe(float64(len(got)))
-	if len(got) == 0 {
-		return nil
-	}
-	l.mu.Lock()
-	for _, c := range got {
-		l.clocks[c.ID] = claimed{Clock: c, epoch: held[c.Shard]}
-		l.tokens[c.ID] = token
-		heap.Push(&l.armed, &entry{due: alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt}})
-	}
-	l.inFlight += len(got)
-	l.mu.Unlock()
-	signal(l.armWake)
-	return nil
-}
-
-// firer publishes armed clocks when their deadline comes: one timer for the
-// earliest, never a fixed poll.
-func (l *Loop) firer(ctx context.Context) {
-	timer := l.clk.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		now := l.clk.Now()
-		l.mu.Lock()
-		var batch []claimed
-		for len(l.armed) > 0 && len(batch) < l.cfg.ClaimBatch && !l.armed[0].due.At.After(now) {
-			e := heap.Pop(&l.armed).(*entry)
-			batch = append(batch, l.clocks[e.due.ID])
-			delete(l.clocks, e.due.ID)
-		}
-		wait := time.Hour
-		if len(l.armed) > 0 {
-			wait = l.armed[0].due.At.Sub(now)
-		}
-		l.mu.Unlock()
-		if len(batch) > 0 {
-			l.fire(ctx, batch, now)
-			continue
-		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C():
-		case <-l.armWake:
-		}
-	}
-}
-
-// fire publishes one batch of due clocks in its own goroutine (bounded by
-// the publisher slots) so that the next deadline is not held up by confirms.
-func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
-	var rings []Ring
-	var expired []int64
-	var unclaim []alarm.Clock
-	for _, c := range batch {
-		switch {
-		case !c.LatestRingAt.IsZero() && now.After(c.LatestRingAt):
-			expired = append(expired, c.ID)
-		case !l.feed.Valid(c.Shard, c.epoch):
-			unclaim = append(unclaim, c.Clock)
-		default:
-			rings = append(rings, Ring{Clock: c.Clock, Attempt: c.Attempts + 1})
-		}
-	}
-	if len(expired)+len(unclaim) > 0 {
-		l.m.rings.WithLabelValues("expired").Add(float64(len(expired)))
-		l.report(func(r *results) {
-			r.expired = append(r.expired, expired...)
-			r.unclaim = append(r.unclaim, unclaim...)
-		})
-	}
-	if len(rings) == 0 {
-		return
-	}
-	select {
-	case l.sem <- struct{}{}:
-	case <-ctx.Done():
-		l.report(func(r *results) {
-			for _, rg := range rings {
-				r.unclaim = append(r.unclaim, rg.Clock)
-			}
-		})
-		return
-	}
-	go func() {
-		defer func() { <-l.sem }()
-		errs := l.pub.Publish(context.WithoutCancel(ctx), rings)
-		at := l.clk.Now()
-		var rung []int64
-		var failed []alarm.Outcome
-		var failedClocks, notSent []alarm.Clock
-		for i, err := range errs {
-			c := rings[i].Clock
-			if err != nil && l.cfg.NotSent(err) {
-				// never left this process (broker away): no attempt was made
-				l.m.rings.WithLabelValues(l.cfg.ResultLabel(err)).Inc()
-				notSent = append(notSent, c)
-				continue
-			}
-			if err == nil {
-				rung = append(rung, c.ID)
-				if rings[i].Attempt == 1 {
-					l.m.lateness.Observe(at.Sub(c.RingAt).Seconds())
-				}
-				continue
-			}
-			l.m.rings.WithLabelValues(l.cfg.ResultLabel(err)).Inc()
-			o := l.cfg.Retry.Outcome(c, at, err)
-			if o.Status != alarm.StatusPending {
-				l.m.rings.WithLabelValues(string(o.Status)).Inc()
-			}
-			failed = append(failed, o)
-			failedClocks = append(failedClocks, c)
-		}
-		l.m.rings.WithLabelValues("rung").Add(float64(len(rung)))
-		l.report(func(r *results) {
-			r.rung = append(r.rung, rung...)
-			r.rungAt = at
-			r.failed = append(r.failed, failed...)
-			r.failCls = append(r.failCls, failedClocks...)
-			r.unclaim = append(r.unclaim, notSent...)
-		})
-	}()
-}
-
-func (l *Loop) report(f func(r *results)) {
-	l.doneMu.Lock()
-	f(&l.done)
-	l.doneMu.Unlock()
-	signal(l.doneSig)
-}
-
-// recorder writes outcomes to MySQL in batches: rung, failed, expired and
-// unclaimed clocks, retrying while MySQL is away.
-func (l *Loop) recorder(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-l.doneSig:
-		}
-		l.doneMu.Lock()
-		r := l.done
-		l.done = results{}
-		l.doneMu.Unlock()
-		if r.empty() {
-			continue
-		}
-		for attempt := 1; ; attempt++ {
-			err := l.record(ctx, &r)
-			if err == nil {
-				break
-			}
-			if attempt == 1 || attempt%50 == 0 {
-				l.log.Warn("recording ring outcomes failed; retrying", "err", err, "attempt", attempt)
-			}
-			if !l.sleep(ctx, min(time.Duration(attempt)*100*time.Millisecond, 2*time.Second)) {
-				return
-			}
-		}
-	}
-}
-
-const recordChunk = 1000
-
-// record writes r, removing from it what is written, so a retry resumes.
-func (l *Loop) record(ctx context.Context, r *results) error {
-	now := l.clk.Now()
-	err := l.write(r.rung, func(ids, toks []int64) error {
-		return l.store.MarkRung(ctx, ids, toks, r.rungAt)
-	}, func(n int) { r.rung = r.rung[n:] })
-	if err != nil {
-		return err
-	}
-	err = l.write(outcomeIDs(r.failed), func(ids, toks []int64) error {
-		return l.store.Fail(ctx, r.failed[:len(ids)], toks, now)
-	}, func(n int) {
-		for i, o := range r.failed[:n] {
-			if o.Status == alarm.StatusPending {
-				l.feed.Offer(alarm.Due{ID: o.ID, Shard: r.failCls[i].Shard, At: o.NextTryAt})
-			}
-		}
-		r.failed, r.failCls = r.failed[n:], r.failCls[n:]
-	})
-	if err != nil {
-		return err
-	}
-	err = l.write(r.expired, func(ids, toks []int64) error {
-		return l.store.Expire(ctx, ids, toks, now)
-	}, func(n int) { r.expired = r.expired[n:] })
-	if err != nil {
-		return err
-	}
-	return l.write(clockIDs(r.unclaim), func(ids, toks []int64) error {
-		return l.store.Unclaim(ctx, ids, toks, now)
-	}, func(n int) {
-		for _, c := range r.unclaim[:n] {
-			l.feed.Offer(alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt})
-		}
-		r.unclaim = r.unclaim[n:]
-	})
-}
-
-// write records outcomes of ids in chunks, fenced by their claim tokens;
-// written(n) is told after each chunk so that a retry resumes after it.
-func (l *Loop) write(ids []int64, store func(ids, toks []int64) error, written func(n int)) error {
-	for len(ids) > 0 {
-		n := min(len(ids), recordChunk)
-		toks, used := l.tokensOf(ids[:n])
-		if err := store(ids[:n], toks); err != nil {
-			return err
-		}
-		l.forget(ids[:n], used)
-		written(n)
-		ids = ids[n:]
-		l.finished(n)
-	}
-	return nil
-}
-
-func outcomeIDs(os []alarm.Outcome) []int64 {
-	ids := make([]int64, len(os))
-	for i, o := range os {
-		ids[i] = o.ID
-	}
-	return ids
-}
-
-func clockIDs(cs []alarm.Clock) []int64 {
-	ids := make([]int64, len(cs))
-	for i, c := range cs {
-		ids[i] = c.ID
-	}
-	return ids
-}
-
-// tokensOf returns the distinct claim tokens of ids, and each id's token.
-func (l *Loop) tokensOf(ids []int64) (distinct, each []int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	each = make([]int64, len(ids))
-	seen := map[int64]bool{}
-	for i, id := range ids {
-		tok := l.tokens[id]
-		each[i] = tok
-		if !seen[tok] {
-			seen[tok] = true
-			distinct = append(distinct, tok)
-		}
-	}
-	return distinct, each
-}
-
-// forget drops the claim tokens of recorded clocks (unless the clock was
-// claimed again meanwhile).
-func (l *Loop) forget(ids, used []int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, id := range ids {
-		if l.tokens[id] == used[i] {
-			delete(l.tokens, id)
-		}
-	}
-}
-
-func (l *Loop) finished(n int) {
-	l.mu.Lock()
-	l.inFlight -= n
-	l.mu.Unlock()
-	signal(l.slots)
 }

@@ -572,8 +572,8 @@ func TestStaleOutcomeIsFenced(t *testing.T) {
 			h.store.with(reclaim)
 			h.pub.gate <- struct{}{}
 			synctest.Wait()
-			if row := h.store.row(1); row.Status != alarm.StatusFiring || row.Attempts != 0 {
-				t.Errorf("the new owner's claim was overwritten: %s, %d attempts", row.Status, row.Attempts)
+			if row := h.store.row(1); row.Status != alarm.StatusFiring || row.Attempts != 1 {
+				t.Errorf("the new owner's claim was overwritten: %s, %d attempts (want firing, the 1 its claim counted)", row.Status, row.Attempts)
 			}
 		})
 	})

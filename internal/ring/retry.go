@@ -1,10 +1,10 @@
 package ring
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/backoff"
 )
 
 // Retry is the policy for failed attempts: capped exponential backoff with
@@ -18,25 +18,13 @@ type Retry struct {
 // Backoff is the wait after the n-th failed attempt (n >= 1): Min·2^(n-1)
 // capped at Max, then "equal jitter": half of it fixed, half random.
 func (r Retry) Backoff(n int) time.Duration {
-	d := r.Min
-	for i := 1; i < n && d < r.Max; i++ {
-		d *= 2
-	}
-	if d > r.Max || d <= 0 {
-		d = r.Max
-	}
-	f := rand.Float64
-	if r.Rand != nil {
-		f = r.Rand
-	}
-	half := d / 2
-	return half + time.Duration(f()*float64(d-half))
+	return backoff.Policy{Min: r.Min, Max: r.Max, Rand: r.Rand}.Delay(max(n-1, 0))
 }
 
-// Outcome decides what becomes of clock c whose attempt (c.Attempts+1)
-// failed at now with err.
+// Outcome decides what becomes of clock c, as claimed, whose attempt
+// (c.Attempts: the claim counted it) failed at now with err.
 func (r Retry) Outcome(c alarm.Clock, now time.Time, err error) alarm.Outcome {
-	attempt := c.Attempts + 1
+	attempt := max(c.Attempts, 1)
 	o := alarm.Outcome{ID: c.ID, Error: err.Error()}
 	if c.MaxAttempts > 0 && attempt >= c.MaxAttempts {
 		o.Status = alarm.StatusDead

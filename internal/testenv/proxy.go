@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"bytes"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -28,7 +30,42 @@ type Proxy struct {
 	ln    net.Listener // nil while cut
 	links map[*link]struct{}
 	gate  chan struct{} // non-nil while stalled; closed by Resume
+	trap  *trap         // armed by CutOn
 	wg    sync.WaitGroup
+}
+
+// trap cuts the connection that sends a chunk containing pattern.
+type trap struct {
+	pattern []byte
+	after   bool          // forward the chunk first, then cut
+	fired   chan struct{} // closed when it went off
+}
+
+// CutOn arms a one-shot trap: the next chunk a client sends that contains
+// pattern (say, a statement's text) cuts its connection. With after, the
+// chunk is forwarded first and the connection is cut a moment later,
+// before the answer is relayed: the service did what was asked, the client
+// never hears it (a COMMIT whose answer is lost). Without after, the chunk
+// is dropped and the connection cut: the service never saw it. The
+// returned channel is closed when the trap went off.
+func (p *Proxy) CutOn(pattern string, after bool) <-chan struct{} {
+	t := &trap{pattern: []byte(pattern), after: after, fired: make(chan struct{})}
+	p.mu.Lock()
+	p.trap = t
+	p.mu.Unlock()
+	return t.fired
+}
+
+// sprung returns the armed trap if chunk sets it off, disarming it.
+func (p *Proxy) sprung(chunk []byte) *trap {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.trap == nil || !bytes.Contains(chunk, p.trap.pattern) {
+		return nil
+	}
+	t := p.trap
+	p.trap = nil
+	return t
 }
 
 // link is one proxied connection: the client's and the target's side.
@@ -36,6 +73,7 @@ type link struct {
 	c, up  net.Conn
 	once   sync.Once
 	closed chan struct{}
+	mute   atomic.Bool // drop what the target answers (a trap went off)
 }
 
 func (l *link) close() {
@@ -179,7 +217,7 @@ func (p *Proxy) pipe(c net.Conn) {
 		p.copy(l, dst, src)
 		done <- struct{}{}
 	}
-	go cp(up, c)
+	go cp(up, c) // client -> target: the direction traps watch
 	go cp(c, up)
 	<-done
 	l.close()
@@ -203,8 +241,22 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 			if !p.await(l) {
 				return
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+			if src == l.c {
+				if t := p.sprung(buf[:n]); t != nil {
+					if t.after {
+						l.mute.Store(true)
+						_, _ = dst.Write(buf[:n])
+						time.Sleep(200 * time.Millisecond) // the target acts on it
+					}
+					l.close()
+					close(t.fired)
+					return
+				}
+			}
+			if muted := src == l.up && l.mute.Load(); !muted {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
 			}
 		}
 		if err != nil {

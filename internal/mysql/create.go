@@ -1,0 +1,478 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+// The group-commit writer: concurrent creates are coalesced by a few writer
+// goroutines into one multi-row INSERT per transaction.
+
+type createReq struct {
+	ctx    context.Context
+	clocks []alarm.NewClock
+	now    time.Time
+	res    []alarm.CreateResult
+	taken  int // clocks handed to batches so far (writer-owned)
+	done   chan struct{}
+}
+
+// item is one clock of a batch with its place in its request.
+type item struct {
+	req *createReq
+	i   int
+}
+
+func (it item) clock() *alarm.NewClock { return &it.req.clocks[it.i] }
+
+func (it item) key() alarm.Key {
+	c := it.clock()
+	return alarm.Key{Application: c.Application, BusinessID: c.BusinessID}
+}
+
+// Create hands the clocks to the writers and waits for the commit. A
+// request whose context ends before a writer took it changes nothing; once
+// taken, it waits for its batch's outcome, which is bounded by the batch's
+// deadline (the earliest of its requests') and, when the answer to its
+// COMMIT is lost, by the time to find the outcome out.
+func (s *Store) Create(ctx context.Context, clocks []alarm.NewClock, now time.Time) []alarm.CreateResult {
+	r := &createReq{ctx: ctx, clocks: clocks, now: now, res: make([]alarm.CreateResult, len(clocks)), done: make(chan struct{})}
+	fail := func(err error) []alarm.CreateResult {
+		for i := range r.res {
+			r.res[i].Err = err
+		}
+		return r.res
+	}
+	select {
+	case s.reqs <- r:
+	case <-ctx.Done():
+		return fail(fmt.Errorf("create: waiting for a writer: %w", ctxErr(ctx.Err())))
+	case <-s.stop:
+		return fail(fmt.Errorf("%w: store is shutting down", alarm.ErrUnavailable))
+	}
+	<-r.done // the batch is committed or failed; never abandon it halfway
+	return r.res
+}
+
+func (s *Store) writer() {
+	defer s.wg.Done()
+	var pending []*createReq // requests not yet fully written, oldest first
+	for {
+		if len(pending) == 0 {
+			select {
+			case r := <-s.reqs:
+				pending = append(pending, r)
+			case <-s.stop:
+				return
+			}
+		}
+		// Take what else is waiting right now, up to one batch worth.
+		waiting := 0
+		for _, r := range pending {
+			waiting += len(r.clocks) - r.taken
+		}
+	gather:
+		for waiting < s.cfg.MaxBatchRows {
+			select {
+			case r := <-s.reqs:
+				pending = append(pending, r)
+				waiting += len(r.clocks)
+			default:
+				break gather
+			}
+		}
+		// Cut one batch; a large request may span several.
+		var batch []item
+		var finished []*createReq
+		bytes := 0
+		for len(pending) > 0 && len(batch) < s.cfg.MaxBatchRows && bytes < s.cfg.MaxBatchBytes {
+			r := pending[0]
+			for r.taken < len(r.clocks) && len(batch) < s.cfg.MaxBatchRows && bytes < s.cfg.MaxBatchBytes {
+				batch = append(batch, item{r, r.taken})
+				bytes += len(r.clocks[r.taken].Payload) + 256
+				r.taken++
+			}
+			if r.taken == len(r.clocks) {
+				finished = append(finished, r)
+				pending = pending[1:]
+			}
+		}
+		s.commitBatch(batch)
+		for _, r := range finished {
+			close(r.done)
+		}
+	}
+}
+
+// batchDeadline is the earliest deadline of the batch's requests, at most
+// WriteTimeout from now and at least a moment from now.
+func (s *Store) batchDeadline(batch []item) time.Time {
+	now := time.Now()
+	d := now.Add(s.cfg.WriteTimeout)
+	for _, it := range batch {
+		if dl, ok := it.req.ctx.Deadline(); ok && dl.Before(d) {
+			d = dl
+		}
+	}
+	if floor := now.Add(100 * time.Millisecond); d.Before(floor) {
+		d = floor
+	}
+	return d
+}
+
+// commitBatch writes one batch and fills in the result of each of its items.
+func (s *Store) commitBatch(batch []item) {
+	if len(batch) == 0 {
+		return
+	}
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), s.batchDeadline(batch))
+	defer cancel()
+	token := newToken()
+	var err error
+	checked := false // a key may exist: take the path that locks and compares
+	for attempt := 1; attempt <= 8; attempt++ {
+		var results []alarm.CreateResult
+		if !checked {
+			results, err = s.insertFast(ctx, batch, token)
+			if isDuplicate(err) {
+				checked = true
+				continue
+			}
+		} else {
+			results, err = s.insertChecked(ctx, batch, token)
+		}
+		if err == nil {
+			for j, it := range batch {
+				it.req.res[it.i] = results[j]
+			}
+			break
+		}
+		var unknown *unknownError
+		if errors.As(err, &unknown) {
+			// The COMMIT was sent and its answer lost: find out.
+			results, applied, rerr := s.resolveCreate(ctx, batch, token)
+			if rerr != nil {
+				err = rerr
+				break
+			}
+			if applied {
+				for j, it := range batch {
+					it.req.res[it.i] = results[j]
+				}
+				err = nil
+				break
+			}
+			checked = true // not applied: run it again
+			continue
+		}
+		if (!isRetryable(err) && !connectionLost(err)) || ctx.Err() != nil {
+			break
+		}
+		checked = true
+		time.Sleep(time.Duration(attempt) * 5 * time.Millisecond)
+	}
+	if err != nil {
+		if ctx.Err() == nil || !errors.Is(err, alarm.ErrUnavailable) {
+			s.log.Warn("create batch failed", "rows", len(batch), "err", err)
+		}
+		err = mapErr(err)
+		for _, it := range batch {
+			it.req.res[it.i] = alarm.CreateResult{Err: fmt.Errorf("create: %w", err)}
+		}
+	}
+	s.batchRows.Observe(float64(len(batch)))
+	s.batchDur.Observe(time.Since(start).Seconds())
+}
+
+const insertCols = `(application, business_id, shard, status, payload, content_type, target_ring_at,
+latest_ring_at, max_attempts, attempts, next_try_time, create_time, update_time, op_token) VALUES `
+
+func (s *Store) insertSQL(batch []item, token int64) (string, []any) {
+	var b strings.Builder
+	b.WriteString("INSERT INTO clock ")
+	b.WriteString(insertCols)
+	args := make([]any, 0, len(batch)*13)
+	for j, it := range batch {
+		if j > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?,?,'pending',?,?,?,?,?,0,?,?,?,?)")
+		c := it.clock()
+		now := ms(it.req.now)
+		args = append(args, c.Application, c.BusinessID, alarm.ShardOf(c.Application, c.BusinessID, s.cfg.Shards),
+			c.Payload, c.ContentType, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts,
+			ms(alarm.DueAt(c.RingAt, it.req.now)), now, now, token)
+	}
+	return b.String(), args
+}
+
+func keyList(b *strings.Builder, args []any, keys []alarm.Key) []any {
+	b.WriteString("(application, business_id) IN (")
+	for j, k := range keys {
+		if j > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?)")
+		args = append(args, k.Application, k.BusinessID)
+	}
+	b.WriteByte(')')
+	return args
+}
+
+// commit commits tx; an error that is not MySQL's own answer leaves the
+// outcome unknown.
+func commit(tx *sqlx.Tx) error {
+	if err := tx.Commit(); err != nil {
+		if isServerError(err) {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return &unknownError{err: fmt.Errorf("commit: %w", err)}
+	}
+	return nil
+}
+
+// insertFast is the common case: no key exists yet. One INSERT in a
+// transaction; the ids follow from LAST_INSERT_ID() when the server hands
+// out consecutive ids, else from one SELECT. A duplicate key fails the
+// whole statement and sends the batch to insertChecked.
+//
+// A transaction, not an autocommit INSERT: when the request's deadline
+// passes while the INSERT waits (a stalled server), the connection is
+// closed and the server rolls the INSERT back whenever it runs it, so a
+// 503 never hides a clock that appears later. Only the COMMIT's answer can
+// be lost (see resolveCreate).
+func (s *Store) insertFast(ctx context.Context, batch []item, token int64) (_ []alarm.CreateResult, err error) {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	q, args := s.insertSQL(batch, token)
+	res, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("insert clocks: %w", err)
+	}
+	out := make([]alarm.CreateResult, len(batch))
+	filled := false
+	if s.consecutiveIDs && !s.cfg.SelectIDs {
+		first, err := res.LastInsertId()
+		if n, nerr := res.RowsAffected(); err == nil && nerr == nil && n == int64(len(batch)) {
+			for j, it := range batch {
+				out[j] = alarm.CreateResult{Clock: newClock(first+int64(j), *it.clock(), it.req.now, s.cfg.Shards), Created: true}
+			}
+			filled = true
+		}
+	}
+	if !filled {
+		keys := make([]alarm.Key, len(batch))
+		for j, it := range batch {
+			keys[j] = it.key()
+		}
+		ids, err := s.idsOf(ctx, tx, keys)
+		if err != nil {
+			return nil, err
+		}
+		for j, it := range batch {
+			id, ok := ids[keys[j]]
+			if !ok {
+				return nil, fmt.Errorf("inserted clock %s not found", keys[j])
+			}
+			out[j] = alarm.CreateResult{Clock: newClock(id, *it.clock(), it.req.now, s.cfg.Shards), Created: true}
+		}
+	}
+	if err := commit(tx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func newClock(id int64, c alarm.NewClock, now time.Time, shards int) alarm.Clock {
+	now = fromMS(ms(now))
+	return alarm.Clock{
+		ID: id, Application: c.Application, BusinessID: c.BusinessID,
+		Shard:   alarm.ShardOf(c.Application, c.BusinessID, shards),
+		Payload: c.Payload, ContentType: c.ContentType, RingAt: c.RingAt, LatestRingAt: c.LatestRingAt,
+		MaxAttempts: c.MaxAttempts, Status: alarm.StatusPending, NextTryAt: alarm.DueAt(c.RingAt, now),
+		CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+func (s *Store) idsOf(ctx context.Context, q sqlx.QueryerContext, keys []alarm.Key) (map[alarm.Key]int64, error) {
+	var b strings.Builder
+	b.WriteString("SELECT id, application, business_id FROM clock WHERE ")
+	args := keyList(&b, make([]any, 0, 2*len(keys)), keys)
+	var rs []struct {
+		ID          int64  `db:"id"`
+		Application string `db:"application"`
+		BusinessID  string `db:"business_id"`
+	}
+	if err := sqlx.SelectContext(ctx, q, &rs, b.String(), args...); err != nil {
+		return nil, fmt.Errorf("read new clock ids: %w", err)
+	}
+	out := make(map[alarm.Key]int64, len(rs))
+	for _, r := range rs {
+		out[alarm.Key{Application: r.Application, BusinessID: r.BusinessID}] = r.ID
+	}
+	return out, nil
+}
+
+// rowsOf reads the clocks of the given keys.
+func rowsOf(ctx context.Context, q sqlx.QueryerContext, keys []alarm.Key, lock bool) (map[alarm.Key]row, error) {
+	var b strings.Builder
+	b.WriteString("SELECT " + clockCols + " FROM clock WHERE ")
+	args := keyList(&b, nil, keys)
+	if lock {
+		b.WriteString(" FOR UPDATE")
+	}
+	var rows []row
+	if err := sqlx.SelectContext(ctx, q, &rows, b.String(), args...); err != nil {
+		return nil, fmt.Errorf("read clocks by key: %w", err)
+	}
+	out := make(map[alarm.Key]row, len(rows))
+	for _, r := range rows {
+		out[alarm.Key{Application: r.Application, BusinessID: r.BusinessID}] = r
+	}
+	return out, nil
+}
+
+func distinctKeys(batch []item) []alarm.Key {
+	seen := make(map[alarm.Key]bool, len(batch))
+	keys := make([]alarm.Key, 0, len(batch))
+	for _, it := range batch {
+		if k := it.key(); !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// insertChecked handles batches with existing keys: in one transaction it
+// locks the existing rows, answers them (identical -> 200, different ->
+// 409), and inserts the rest.
+func (s *Store) insertChecked(ctx context.Context, batch []item, token int64) (_ []alarm.CreateResult, err error) {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	existing, err := rowsOf(ctx, tx, distinctKeys(batch), true)
+	if err != nil {
+		return nil, fmt.Errorf("lock existing clocks: %w", err)
+	}
+	out := make([]alarm.CreateResult, len(batch))
+	// the first new item per key inserts; later items of the same key compare to it
+	firstNew := make(map[alarm.Key]int)
+	var inserts []item
+	var insertPos, laters []int
+	for j, it := range batch {
+		k := it.key()
+		if ex, ok := existing[k]; ok {
+			out[j] = answerExisting(*it.clock(), ex.clock())
+			continue
+		}
+		if _, ok := firstNew[k]; ok {
+			laters = append(laters, j)
+			continue
+		}
+		firstNew[k] = j
+		inserts = append(inserts, it)
+		insertPos = append(insertPos, j)
+	}
+	if len(inserts) > 0 {
+		q, iargs := s.insertSQL(inserts, token)
+		if _, err := tx.ExecContext(ctx, q, iargs...); err != nil {
+			return nil, fmt.Errorf("insert clocks: %w", err)
+		}
+		ikeys := make([]alarm.Key, len(inserts))
+		for j, it := range inserts {
+			ikeys[j] = it.key()
+		}
+		ids, err := s.idsOf(ctx, tx, ikeys)
+		if err != nil {
+			return nil, err
+		}
+		for j, it := range inserts {
+			id, ok := ids[ikeys[j]]
+			if !ok {
+				return nil, fmt.Errorf("inserted clock %s not found", ikeys[j])
+			}
+			out[insertPos[j]] = alarm.CreateResult{Clock: newClock(id, *it.clock(), it.req.now, s.cfg.Shards), Created: true}
+		}
+		for _, j := range laters {
+			first := out[firstNew[batch[j].key()]].Clock
+			out[j] = answerExisting(*batch[j].clock(), first)
+		}
+	}
+	if err := commit(tx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// resolveCreate finds out whether a batch whose COMMIT answer was lost was
+// applied: its rows carry the batch's token. A transaction is all or
+// nothing, so one row with the token means every insert of it committed.
+func (s *Store) resolveCreate(ctx context.Context, batch []item, token int64) ([]alarm.CreateResult, bool, error) {
+	var rows map[alarm.Key]row
+	err := s.resolve(ctx, func(ctx context.Context) (err error) {
+		rows, err = rowsOf(ctx, s.db, distinctKeys(batch), false)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	applied := false
+	for _, r := range rows {
+		if r.OpToken.Valid && r.OpToken.Int64 == token {
+			applied = true
+			break
+		}
+	}
+	if !applied {
+		return nil, false, nil
+	}
+	out := make([]alarm.CreateResult, len(batch))
+	first := map[alarm.Key]bool{}
+	for j, it := range batch {
+		k := it.key()
+		r, ok := rows[k]
+		switch {
+		case !ok:
+			// committed, then already gone (moved to history): answer it
+			// as created, from what was written
+			out[j] = alarm.CreateResult{Err: fmt.Errorf("%w: clock %s committed but no longer readable", alarm.ErrUnavailable, k)}
+		case r.OpToken.Valid && r.OpToken.Int64 == token && !first[k]:
+			first[k] = true
+			out[j] = alarm.CreateResult{Clock: r.clock(), Created: true}
+		default:
+			out[j] = answerExisting(*it.clock(), r.clock())
+		}
+	}
+	return out, true, nil
+}
+
+func answerExisting(n alarm.NewClock, ex alarm.Clock) alarm.CreateResult {
+	if n.Same(ex) {
+		return alarm.CreateResult{Clock: ex}
+	}
+	return alarm.CreateResult{Clock: ex, Err: &alarm.ConflictError{Clock: ex,
+		Message: fmt.Sprintf("clock %s/%s exists with different content (status %s); use PATCH to change it",
+			ex.Application, ex.BusinessID, ex.Status)}}
+}

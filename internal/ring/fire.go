@@ -1,0 +1,148 @@
+package ring
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+// firer publishes armed clocks when their deadline comes: one timer for the
+// earliest, never a fixed poll.
+func (l *Loop) firer(ctx context.Context) {
+	timer := l.clk.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := l.clk.Now()
+		l.mu.Lock()
+		var batch []claimed
+		for len(l.armed) > 0 && len(batch) < l.cfg.ClaimBatch && !l.armed[0].due.At.After(now) {
+			e := heap.Pop(&l.armed).(*entry)
+			batch = append(batch, l.clocks[e.due.ID])
+			delete(l.clocks, e.due.ID)
+		}
+		wait := time.Hour
+		if len(l.armed) > 0 {
+			wait = l.armed[0].due.At.Sub(now)
+		}
+		l.mu.Unlock()
+		if len(batch) > 0 {
+			l.fire(ctx, batch, now)
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+		case <-l.armWake:
+		}
+	}
+}
+
+// fire publishes one batch of due clocks in its own goroutine (bounded by
+// the publisher slots) so that the next deadline is not held up by confirms.
+//
+// Fencing: the lease of each clock's shard is checked after the publish
+// slot is taken, right before the publish, and a publish starts only while
+// the lease has MinLeaseLeft to run; the wait for its confirms ends when the
+// earliest of those leases does. So no ring is sent by an instance whose
+// lease (by its own reckoning) has lapsed, and none waits for its confirm
+// past it: an unconfirmed one is then a failed attempt, retried later by
+// whoever owns the shard.
+func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
+	var expired []int64
+	ready := make([]claimed, 0, len(batch))
+	for _, c := range batch {
+		if !c.LatestRingAt.IsZero() && now.After(c.LatestRingAt) {
+			expired = append(expired, c.ID)
+			continue
+		}
+		ready = append(ready, c)
+	}
+	if len(expired) > 0 {
+		l.m.rings.WithLabelValues("expired").Add(float64(len(expired)))
+		l.report(func(r *results) { r.expired = append(r.expired, expired...) })
+	}
+	if len(ready) == 0 {
+		return
+	}
+	select {
+	case l.sem <- struct{}{}:
+	case <-ctx.Done():
+		l.report(func(r *results) {
+			for _, c := range ready {
+				r.unclaim = append(r.unclaim, c.Clock)
+			}
+		})
+		return
+	}
+	now = l.clk.Now()
+	var rings []Ring
+	var unclaim []alarm.Clock
+	var deadline time.Time
+	for _, c := range ready {
+		until := l.feed.ValidUntil(c.Shard, c.epoch)
+		if until.Sub(now) < l.cfg.MinLeaseLeft {
+			unclaim = append(unclaim, c.Clock)
+			continue
+		}
+		if deadline.IsZero() || until.Before(deadline) {
+			deadline = until
+		}
+		rings = append(rings, Ring{Clock: c.Clock, Attempt: max(c.Attempts, 1)})
+	}
+	if len(unclaim) > 0 {
+		l.report(func(r *results) { r.unclaim = append(r.unclaim, unclaim...) })
+	}
+	if len(rings) == 0 {
+		<-l.sem
+		return
+	}
+	go func() {
+		defer func() { <-l.sem }()
+		// the loop's clock, not the wall clock, reckons the lease
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(l.clk.Now()))
+		res := l.pub.Publish(pctx, rings)
+		cancel()
+		end := l.clk.Now()
+		var rung []alarm.Rung
+		var failed []alarm.Outcome
+		var failedClocks, notSent []alarm.Clock
+		for i, r := range res {
+			c := rings[i].Clock
+			at := r.At
+			if at.IsZero() {
+				at = end
+			}
+			if r.Err != nil && l.cfg.NotSent(r.Err) {
+				// never left this process (broker away): no attempt was made
+				l.m.rings.WithLabelValues(l.cfg.ResultLabel(r.Err)).Inc()
+				notSent = append(notSent, c)
+				continue
+			}
+			if r.Err == nil {
+				rung = append(rung, alarm.Rung{ID: c.ID, At: at})
+				if rings[i].Attempt == 1 {
+					l.m.lateness.Observe(at.Sub(c.RingAt).Seconds())
+				}
+				continue
+			}
+			l.m.rings.WithLabelValues(l.cfg.ResultLabel(r.Err)).Inc()
+			o := l.cfg.Retry.Outcome(c, at, r.Err)
+			if o.Status != alarm.StatusPending {
+				l.m.rings.WithLabelValues(string(o.Status)).Inc()
+			}
+			failed = append(failed, o)
+			failedClocks = append(failedClocks, c)
+		}
+		l.m.rings.WithLabelValues("rung").Add(float64(len(rung)))
+		l.report(func(r *results) {
+			r.rung = append(r.rung, rung...)
+			r.failed = append(r.failed, failed...)
+			r.failCls = append(r.failCls, failedClocks...)
+			r.unclaim = append(r.unclaim, notSent...)
+		})
+	}()
+}

@@ -1,0 +1,164 @@
+package ring
+
+import (
+	"context"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+func (l *Loop) report(f func(r *results)) {
+	l.doneMu.Lock()
+	f(&l.done)
+	l.doneMu.Unlock()
+	signal(l.doneSig)
+}
+
+// recorder writes outcomes to MySQL in batches: rung, failed, expired and
+// unclaimed clocks, retrying while MySQL is away. What it has not written
+// stays in flight (held: recovery leaves it alone), however long MySQL is
+// away: a confirmed ring is never put back to pending to ring again.
+func (l *Loop) recorder(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.doneSig:
+		}
+		l.doneMu.Lock()
+		r := l.done
+		l.done = results{}
+		l.doneMu.Unlock()
+		if r.empty() {
+			continue
+		}
+		for attempt := 1; ; attempt++ {
+			err := l.record(ctx, &r)
+			if err == nil {
+				break
+			}
+			if attempt == 1 || attempt%50 == 0 {
+				l.log.Warn("recording ring outcomes failed; retrying", "err", err, "attempt", attempt)
+			}
+			if !l.sleep(ctx, min(time.Duration(attempt)*100*time.Millisecond, 2*time.Second)) {
+				return
+			}
+		}
+	}
+}
+
+const recordChunk = 1000
+
+// record writes r, removing from it what is written, so a retry resumes.
+func (l *Loop) record(ctx context.Context, r *results) error {
+	now := l.clk.Now()
+	err := l.write(rungIDs(r.rung), func(ids, toks []int64) error {
+		return l.store.MarkRung(ctx, r.rung[:len(ids)], toks)
+	}, func(n int) { r.rung = r.rung[n:] })
+	if err != nil {
+		return err
+	}
+	err = l.write(outcomeIDs(r.failed), func(ids, toks []int64) error {
+		return l.store.Fail(ctx, r.failed[:len(ids)], toks, now)
+	}, func(n int) {
+		for i, o := range r.failed[:n] {
+			if o.Status == alarm.StatusPending {
+				l.feed.Offer(alarm.Due{ID: o.ID, Shard: r.failCls[i].Shard, At: o.NextTryAt})
+			}
+		}
+		r.failed, r.failCls = r.failed[n:], r.failCls[n:]
+	})
+	if err != nil {
+		return err
+	}
+	err = l.write(r.expired, func(ids, toks []int64) error {
+		return l.store.Expire(ctx, ids, toks, now)
+	}, func(n int) { r.expired = r.expired[n:] })
+	if err != nil {
+		return err
+	}
+	return l.write(clockIDs(r.unclaim), func(ids, toks []int64) error {
+		return l.store.Unclaim(ctx, ids, toks, now)
+	}, func(n int) {
+		for _, c := range r.unclaim[:n] {
+			l.feed.Offer(alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt})
+		}
+		r.unclaim = r.unclaim[n:]
+	})
+}
+
+// write records outcomes of ids in chunks, fenced by their claim tokens;
+// written(n) is told after each chunk so that a retry resumes after it.
+func (l *Loop) write(ids []int64, store func(ids, toks []int64) error, written func(n int)) error {
+	for len(ids) > 0 {
+		n := min(len(ids), recordChunk)
+		toks, used := l.tokensOf(ids[:n])
+		if err := store(ids[:n], toks); err != nil {
+			return err
+		}
+		l.forget(ids[:n], used)
+		written(n)
+		ids = ids[n:]
+	}
+	return nil
+}
+
+func rungIDs(rs []alarm.Rung) []int64 {
+	ids := make([]int64, len(rs))
+	for i, r := range rs {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+func outcomeIDs(os []alarm.Outcome) []int64 {
+	ids := make([]int64, len(os))
+	for i, o := range os {
+		ids[i] = o.ID
+	}
+	return ids
+}
+
+func clockIDs(cs []alarm.Clock) []int64 {
+	ids := make([]int64, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return ids
+}
+
+// tokensOf returns the distinct claim tokens of ids, and each id's token.
+func (l *Loop) tokensOf(ids []int64) (distinct, each []int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	each = make([]int64, len(ids))
+	seen := map[int64]bool{}
+	for i, id := range ids {
+		tok := l.flights[id].token
+		each[i] = tok
+		if !seen[tok] {
+			seen[tok] = true
+			distinct = append(distinct, tok)
+		}
+	}
+	return distinct, each
+}
+
+// forget ends the flight of recorded clocks (unless the clock was claimed
+// again meanwhile) and frees their in-flight places.
+func (l *Loop) forget(ids, used []int64) {
+	l.mu.Lock()
+	for i, id := range ids {
+		if f, ok := l.flights[id]; ok && f.token == used[i] {
+			delete(l.flights, id)
+			l.perShard[f.shard]--
+			if l.perShard[f.shard] <= 0 {
+				delete(l.perShard, f.shard)
+			}
+		}
+	}
+	l.inFlight -= len(ids)
+	l.mu.Unlock()
+	signal(l.slots)
+	signal(l.landed)
+}
