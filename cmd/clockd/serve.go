@@ -179,11 +179,10 @@ func (p publisher) Publish(ctx context.Context, rings []ring.Ring) []ring.Result
 			Attempt: r.Attempt, ContentType: c.ContentType, Body: []byte(c.Payload),
 		}
 	}
-	errs := p.p.PublishBatch(ctx, msgs)
-	at := time.Now()
+	errs, at := p.p.PublishBatchTimed(ctx, msgs)
 	out := make([]ring.Result, len(errs))
 	for i, err := range errs {
-		out[i] = ring.Result{Err: err, At: at}
+		out[i] = ring.Result{Err: err, At: at[i]}
 	}
 	return out
 }

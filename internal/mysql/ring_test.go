@@ -2,6 +2,8 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -137,5 +139,111 @@ func TestRingReleaseLostClaim(t *testing.T) {
 	now = time.Now()
 	if got, err := s.Claim(ctx, "a", leases, []int64{id}, 8, now.Add(time.Second), now); err != nil || len(got) != 1 {
 		t.Fatalf("claim after release: %v %v", got, err)
+	}
+}
+
+// Claims and outcome writes touch exactly the listed clocks, whether the
+// ids are close together (read as one primary-key range with the list as a
+// filter) or scattered, and rung_at is each clock's own confirm time
+// whether the chunk has one, a few or many distinct confirm times.
+func TestRingWritesTouchOnlyListedClocks(t *testing.T) {
+	db, _ := schemaDB(t, true)
+	ctx := context.Background()
+	if _, err := mysql.SetupShards(ctx, db, 1); err != nil {
+		t.Fatal(err)
+	}
+	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1})
+	t.Cleanup(s.Close)
+	now := time.Now().Truncate(time.Millisecond)
+	var in []alarm.NewClock
+	for i := range 200 {
+		in = append(in, alarm.NewClock{Application: "app", BusinessID: fmt.Sprintf("d-%03d", i), Payload: "{}",
+			ContentType: "application/json", RingAt: now.Add(-time.Second)})
+	}
+	var all []int64
+	for _, r := range s.Create(ctx, in, now) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		all = append(all, r.Clock.ID)
+	}
+	leases, err := s.AcquireLeases(ctx, "a", 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	statusOf := func() map[int64]string {
+		var rows []struct {
+			ID     int64  `db:"id"`
+			Status string `db:"status"`
+		}
+		if err := db.Select(&rows, "SELECT id, status FROM clock"); err != nil {
+			t.Fatal(err)
+		}
+		out := map[int64]string{}
+		for _, r := range rows {
+			out[r.ID] = r.Status
+		}
+		return out
+	}
+	// dense: every clock of the first 100 but one; scattered: every 7th
+	dense := append(append([]int64{}, all[:50]...), all[51:100]...)
+	var scattered []int64
+	for i := 100; i < 200; i += 7 {
+		scattered = append(scattered, all[i])
+	}
+	for name, ids := range map[string][]int64{"dense": dense, "scattered": scattered} {
+		t.Run(name, func(t *testing.T) {
+			tok := int64(len(ids))
+			got, err := s.Claim(ctx, "a", leases, ids, tok, time.Now().Add(time.Second), time.Now())
+			if err != nil || len(got) != len(ids) {
+				t.Fatalf("claimed %d of %d: %v", len(got), len(ids), err)
+			}
+			claimed := map[int64]bool{}
+			for _, id := range ids {
+				claimed[id] = true
+			}
+			for id, st := range statusOf() {
+				if claimed[id] != (st == "firing") && st != "rung" {
+					t.Fatalf("clock %d is %s after the claim (listed: %v)", id, st, claimed[id])
+				}
+			}
+			// confirm times: many distinct for the first third, a few for
+			// the rest
+			var rungs []alarm.Rung
+			want := map[int64]time.Time{}
+			for i, id := range ids {
+				at := now.Add(time.Duration(i) * time.Millisecond)
+				if i >= len(ids)/3 {
+					at = now.Add(time.Duration(i%3) * time.Second)
+				}
+				rungs = append(rungs, alarm.Rung{ID: id, At: at})
+				want[id] = at
+			}
+			for _, chunk := range [][]alarm.Rung{rungs[:len(rungs)/3], rungs[len(rungs)/3:]} {
+				if err := s.MarkRung(ctx, chunk, []int64{tok}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var rows []struct {
+				ID     int64         `db:"id"`
+				Status string        `db:"status"`
+				RungAt sql.NullInt64 `db:"rung_at"`
+			}
+			if err := db.Select(&rows, "SELECT id, status, rung_at FROM clock"); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				w, listed := want[r.ID]
+				switch {
+				case listed && (r.Status != "rung" || r.RungAt.Int64 != w.UnixMilli()):
+					t.Errorf("clock %d: %s rung_at %d, want rung at %d", r.ID, r.Status, r.RungAt.Int64, w.UnixMilli())
+				case !listed && r.Status == "firing":
+					t.Errorf("clock %d was not listed but is firing", r.ID)
+				}
+			}
+		})
+	}
+	if st := statusOf()[all[50]]; st != "pending" {
+		t.Errorf("the clock in the middle of the dense range, not listed, is %s; want pending", st)
 	}
 }

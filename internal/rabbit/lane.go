@@ -26,6 +26,7 @@ var errPending = errors.New("rabbit: pending")
 // lane the batch is published on.
 type batch struct {
 	errs       []error
+	at         []time.Time // when each confirm arrived (nil: not asked)
 	remaining  int  // published messages whose result is pending
 	publishing bool // the caller is still publishing
 	abandoned  bool // the caller gave up (timeout, ctx): ignore late confirms
@@ -186,6 +187,9 @@ func (l *lane) onConfirm(c amqp.Confirmation) {
 	case e.returned:
 		res = ErrUnroutable
 	}
+	if e.b.at != nil && res == nil && !e.b.abandoned {
+		e.b.at[e.i] = l.p.cfg.Now()
+	}
 	e.b.resolve(e.i, res)
 }
 
@@ -260,6 +264,17 @@ func (l *lane) dieLocked(reason error) {
 // got an error may still have been delivered (at least once). Bodies are not
 // copied; they must not change during the call. Safe for concurrent use.
 func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message) []error {
+	return p.publishBatch(ctx, msgs, nil)
+}
+
+// PublishBatchTimed is PublishBatch that also tells when the broker's
+// confirm of each message arrived (zero for the messages not confirmed).
+func (p *Publisher) PublishBatchTimed(ctx context.Context, msgs []Message) ([]error, []time.Time) {
+	at := make([]time.Time, len(msgs))
+	return p.publishBatch(ctx, msgs, at), at
+}
+
+func (p *Publisher) publishBatch(ctx context.Context, msgs []Message, at []time.Time) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
@@ -278,7 +293,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message) []error {
 	for i := range errs {
 		errs[i] = errPending
 	}
-	b := &batch{errs: errs, publishing: true, done: make(chan struct{})}
+	b := &batch{errs: errs, at: at, publishing: true, done: make(chan struct{})}
 	l := s.acquire()
 	s.sock.cork()
 	stopped := l.publish(ctx, b, msgs)

@@ -343,6 +343,40 @@ func TestMixedBatch(t *testing.T) {
 	}
 }
 
+// PublishBatchTimed tells when each message's own confirm arrived: within
+// the call, ascending in delivery order, zero for the unconfirmed.
+func TestPublishBatchTimed(t *testing.T) {
+	f := newFixture(t)
+	f.bind(t, "bound")
+	r := start(t, f, func(c *Config) { c.Channels = 1 })
+	var msgs []Message
+	for i := range 200 {
+		app := "bound"
+		if i%10 == 9 {
+			app = "unbound"
+		}
+		msgs = append(msgs, msg(int64(i), app))
+	}
+	before := time.Now()
+	errs, at := r.p.PublishBatchTimed(context.Background(), msgs)
+	after := time.Now()
+	var last time.Time
+	for i := range msgs {
+		switch {
+		case msgs[i].Application == "unbound":
+			if !errors.Is(errs[i], ErrUnroutable) || !at[i].IsZero() {
+				t.Errorf("message %d (unroutable): %v at %v, want ErrUnroutable and no confirm time", i, errs[i], at[i])
+			}
+		case errs[i] != nil || at[i].Before(before) || at[i].After(after):
+			t.Errorf("message %d: %v confirmed at %v, want within [%v, %v]", i, errs[i], at[i], before, after)
+		case at[i].Before(last):
+			t.Errorf("message %d confirmed at %v, before the one published ahead of it (%v)", i, at[i], last)
+		default:
+			last = at[i]
+		}
+	}
+}
+
 // A returned copy of an id never lets another in-flight copy of that id
 // (same routing key) count as rung.
 func TestDuplicateIDInFlight(t *testing.T) {

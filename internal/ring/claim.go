@@ -6,21 +6,45 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
 )
 
-// claimer moves due clocks from the queue to the armed set, claiming them
-// in MySQL a little ahead of their deadline.
+// claimer pops due clocks from the queue and hands them, one batch at a
+// time, to Claimers workers that claim them in MySQL concurrently. A claim
+// is a round trip of tens of milliseconds under load (an UPDATE of up to
+// ClaimBatch rows and the SELECT of what it claimed); one after another,
+// they capped the ring rate well below the broker's (docs/benchmarks.md).
 func (l *Loop) claimer(ctx context.Context) {
+	jobs := make(chan claimJob)
+	var workers sync.WaitGroup
+	for range l.cfg.Claimers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			l.claimWorker(ctx, jobs)
+		}()
+	}
+	defer func() {
+		close(jobs)
+		workers.Wait()
+	}()
 	timer := l.clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	failures := 0
 	for ctx.Err() == nil {
-		// back-pressure: bounded in-flight
+		// a failed claim pauses claiming (capped backoff): MySQL is away
+		if wait := l.claimPause(); wait > 0 {
+			if !l.sleep(ctx, wait) {
+				return
+			}
+			continue
+		}
+		// back-pressure: bounded in-flight, counting the batches being claimed
 		l.mu.Lock()
-		full := l.inFlight+l.cfg.ClaimBatch > l.cfg.MaxInFlight
+		full := l.inFlight+l.claiming+l.cfg.ClaimBatch > l.cfg.MaxInFlight
 		l.mu.Unlock()
 		if full {
 			select {
@@ -30,7 +54,7 @@ func (l *Loop) claimer(ctx context.Context) {
 			}
 			continue
 		}
-		if len(l.lost) > 0 {
+		if l.hasLost() {
 			if err := l.releaseLost(ctx, true); err != nil {
 				failures++
 				if failures == 1 || failures%100 == 0 {
@@ -41,6 +65,7 @@ func (l *Loop) claimer(ctx context.Context) {
 				}
 				continue
 			}
+			failures = 0
 		}
 		if err := l.pub.Ready(); err != nil {
 			// no broker: leave clocks pending rather than claim what cannot ring
@@ -65,29 +90,80 @@ func (l *Loop) claimer(ctx context.Context) {
 			}
 			continue
 		}
-		l.claimMu.Lock()
+		// Natural batching: while a claim is under way, the clocks coming
+		// due meanwhile gather into the next one; a second claim starts
+		// only when a whole batch is waiting (a backlog, a hot second).
+		// Many small claims at once would cost MySQL more per clock.
+		l.mu.Lock()
+		busy := l.claimJobs
+		l.mu.Unlock()
+		if busy > 0 && !l.q.DueAtLeast(now.Add(l.cfg.ClaimAhead), l.cfg.ClaimBatch) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.claimDone:
+			}
+			continue
+		}
 		dues := l.q.PopDue(now.Add(l.cfg.ClaimAhead), l.cfg.ClaimBatch)
 		if len(dues) == 0 {
-			l.claimMu.Unlock()
 			continue
 		}
-		err := l.claim(ctx, dues, now)
-		l.claimMu.Unlock()
-		if err != nil {
-			failures++
-			if failures == 1 || failures%100 == 0 {
-				l.log.Warn("claim failed; ringing paused until it works", "clocks", len(dues), "err", err, "failures", failures)
-			}
-			if !l.sleep(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)) {
-				return
-			}
-			continue
-		}
-		if failures > 0 {
-			l.log.Info("claims work again", "after_failures", failures)
-			failures = 0
+		l.mu.Lock()
+		l.claiming += len(dues)
+		l.claimJobs++
+		l.mu.Unlock()
+		select {
+		case jobs <- claimJob{dues: dues, now: now}:
+		case <-ctx.Done():
+			return // shutting down: the next owner of their shards loads them
 		}
 	}
+}
+
+// claimJob is one batch of dues popped at now.
+type claimJob struct {
+	dues []alarm.Due
+	now  time.Time
+}
+
+// claimWorker claims the batches handed to it. A failure pauses the
+// claimer (capped backoff, shared by the workers): when MySQL is away,
+// claiming stops instead of trying once per worker.
+func (l *Loop) claimWorker(ctx context.Context, jobs <-chan claimJob) {
+	for job := range jobs {
+		l.claimMu.RLock()
+		err := l.claim(ctx, job.dues, job.now)
+		l.claimMu.RUnlock()
+		l.mu.Lock()
+		l.claiming -= len(job.dues)
+		l.claimJobs--
+		if err != nil {
+			l.claimFailures++
+			n := l.claimFailures
+			l.pauseUntil = l.clk.Now().Add(min(time.Duration(n)*100*time.Millisecond, 2*time.Second))
+			l.mu.Unlock()
+			if n == 1 || n%100 == 0 {
+				l.log.Warn("claim failed; ringing paused until it works", "clocks", len(job.dues), "err", err, "failures", n)
+			}
+		} else {
+			n := l.claimFailures
+			l.claimFailures = 0
+			l.mu.Unlock()
+			if n > 0 {
+				l.log.Info("claims work again", "after_failures", n)
+			}
+		}
+		signal(l.slots)
+		signal(l.claimDone)
+	}
+}
+
+// claimPause is how long claiming still pauses after a failed claim.
+func (l *Loop) claimPause() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pauseUntil.Sub(l.clk.Now())
 }
 
 // claim claims dues in MySQL and arms what it got. When MySQL fails, the
@@ -145,7 +221,9 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error
 				l.feed.Offer(d)
 			}
 		}
+		l.lostMu.Lock()
 		l.lost = append(l.lost, lc)
+		l.lostMu.Unlock()
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			return nil
 		}

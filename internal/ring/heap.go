@@ -193,6 +193,26 @@ func (s *Schedule) pop(out []alarm.Due, c Class, until time.Time, max int) []ala
 	return out
 }
 
+// DueAtLeast reports whether at least n entries are due at or before
+// until. It visits only due entries (a heap's due entries form a subtree at
+// its root), at most n of them.
+func (s *Schedule) DueAtLeast(until time.Time, n int) bool {
+	count := 0
+	var visit func(h minHeap, i int)
+	visit = func(h minHeap, i int) {
+		if i >= len(h) || count >= n || h[i].due.At.After(until) {
+			return
+		}
+		count++
+		visit(h, 2*i+1)
+		visit(h, 2*i+2)
+	}
+	for c := range s.heaps {
+		visit(s.heaps[c], 0)
+	}
+	return count >= n
+}
+
 // NotDue counts the entries due after t (preloaded ahead of their time).
 func (s *Schedule) NotDue(t time.Time) int {
 	n := 0

@@ -315,3 +315,30 @@ func TestQueueWake(t *testing.T) {
 		t.Errorf("Len %d Has(8) %v Count %d NotDue %d", q.Len(), q.Has(8), q.Count(1, Live), q.NotDue(t0))
 	}
 }
+
+func TestDueAtLeast(t *testing.T) {
+	s := NewSchedule()
+	for i := range 10 {
+		s.Add(alarm.Due{ID: int64(i + 1), At: t0.Add(time.Duration(i) * time.Second)}, Live)
+	}
+	s.Add(alarm.Due{ID: 100, At: t0.Add(-time.Hour)}, Backlog)
+	tests := []struct {
+		until time.Duration
+		n     int
+		want  bool
+	}{
+		{-2 * time.Hour, 1, false},
+		{-time.Hour, 1, true}, // the backlog entry
+		{0, 2, true},          // backlog + the first live one
+		{0, 3, false},
+		{4500 * time.Millisecond, 6, true},
+		{4500 * time.Millisecond, 7, false},
+		{time.Hour, 11, true},
+		{time.Hour, 12, false},
+	}
+	for _, tt := range tests {
+		if got := s.DueAtLeast(t0.Add(tt.until), tt.n); got != tt.want {
+			t.Errorf("DueAtLeast(t0%+v, %d) = %v, want %v", tt.until, tt.n, got, tt.want)
+		}
+	}
+}

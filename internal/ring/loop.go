@@ -71,6 +71,8 @@ type Config struct {
 	ClaimBatch  int
 	MaxInFlight int // claimed but not yet finished
 	Publishers  int // concurrent publish batches
+	Claimers    int // concurrent claims (default 4)
+	Recorders   int // concurrent outcome writes (default 4)
 	// MinLeaseLeft: a publish starts only while the shard's lease has at
 	// least this long left, and its wait for confirms ends with the lease.
 	MinLeaseLeft time.Duration
@@ -99,19 +101,26 @@ type Loop struct {
 	log   *slog.Logger
 	clk   Clock
 
-	// claimMu is held by the claimer for one claim: Drain takes it so that
-	// no claim of a shard being handed over is under way.
-	claimMu sync.Mutex
+	// claimMu is read-held by a claim worker for one claim: Drain takes
+	// it so that no claim of a shard being handed over is under way.
+	claimMu sync.RWMutex
 
-	mu       sync.Mutex
-	armed    minHeap           // claimed clocks waiting for their deadline
-	clocks   map[int64]claimed // armed clocks by id
-	flights  map[int64]flight  // every clock in flight: claimed, not yet recorded
-	perShard map[int]int       // clocks in flight per shard
-	inFlight int
-	slots    chan struct{} // signalled when in-flight drops
-	landed   chan struct{} // signalled when in-flight drops, for Drain
-	armWake  chan struct{}
+	mu        sync.Mutex
+	armed     minHeap           // claimed clocks waiting for their deadline
+	clocks    map[int64]claimed // armed clocks by id
+	flights   map[int64]flight  // every clock in flight: claimed, not yet recorded
+	perShard  map[int]int       // clocks in flight per shard
+	inFlight  int
+	claiming  int           // clocks popped for claims under way
+	claimJobs int           // claims under way
+	claimDone chan struct{} // signalled when a claim ends
+	// claimFailures counts claims failed in a row; claiming pauses until
+	// pauseUntil after one.
+	claimFailures int
+	pauseUntil    time.Time
+	slots         chan struct{} // signalled when in-flight drops
+	landed        chan struct{} // signalled when in-flight drops, for Drain
+	armWake       chan struct{}
 
 	doneMu  sync.Mutex
 	done    results
@@ -119,7 +128,8 @@ type Loop struct {
 
 	sem chan struct{} // publish concurrency
 
-	lost []lostClaim // claims of unknown outcome, released before the next claim (claimer only)
+	lostMu sync.Mutex
+	lost   []lostClaim // claims of unknown outcome, released before the next claim
 
 	m metrics
 }
@@ -172,6 +182,12 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 	if cfg.Publishers <= 0 {
 		cfg.Publishers = 8
 	}
+	if cfg.Claimers <= 0 {
+		cfg.Claimers = 4
+	}
+	if cfg.Recorders <= 0 {
+		cfg.Recorders = 4
+	}
 	if cfg.MinLeaseLeft <= 0 {
 		cfg.MinLeaseLeft = DefaultMinLeaseLeft
 	}
@@ -189,14 +205,15 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 	}
 	l := &Loop{
 		cfg: cfg, q: q, store: store, pub: pub, feed: feed, log: cfg.Logger, clk: cfg.Clock,
-		clocks:   map[int64]claimed{},
-		flights:  map[int64]flight{},
-		perShard: map[int]int{},
-		slots:    make(chan struct{}, 1),
-		landed:   make(chan struct{}, 1),
-		armWake:  make(chan struct{}, 1),
-		doneSig:  make(chan struct{}, 1),
-		sem:      make(chan struct{}, cfg.Publishers),
+		clocks:    map[int64]claimed{},
+		flights:   map[int64]flight{},
+		perShard:  map[int]int{},
+		slots:     make(chan struct{}, 1),
+		landed:    make(chan struct{}, 1),
+		claimDone: make(chan struct{}, 1),
+		armWake:   make(chan struct{}, 1),
+		doneSig:   make(chan struct{}, 1),
+		sem:       make(chan struct{}, cfg.Publishers),
 	}
 	l.m.rings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clockd_rings_total", Help: "Ring attempts by result (rung, unroutable, nacked, timeout, unavailable, error) and clocks expired or dead.",
@@ -324,14 +341,26 @@ func (l *Loop) Drain(ctx context.Context, shards []int) error {
 	}
 }
 
+func (l *Loop) hasLost() bool {
+	l.lostMu.Lock()
+	defer l.lostMu.Unlock()
+	return len(l.lost) > 0
+}
+
 // releaseLost puts back to pending the clocks of the claims of unknown
 // outcome and offers them to the feeder again (they may have been dropped
 // from memory meanwhile, and a rescan does not see clocks left firing).
 func (l *Loop) releaseLost(ctx context.Context, offer bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for len(l.lost) > 0 {
+	for {
+		l.lostMu.Lock()
+		if len(l.lost) == 0 {
+			l.lostMu.Unlock()
+			return nil
+		}
 		lc := l.lost[0]
+		l.lostMu.Unlock()
 		ids := make([]int64, len(lc.dues))
 		for i, d := range lc.dues {
 			ids[i] = d.ID
@@ -339,14 +368,15 @@ func (l *Loop) releaseLost(ctx context.Context, offer bool) error {
 		if err := l.store.Release(ctx, lc.token, ids, l.clk.Now()); err != nil {
 			return fmt.Errorf("release the clocks of a failed claim: %w", err)
 		}
+		l.lostMu.Lock()
 		l.lost = l.lost[1:]
+		l.lostMu.Unlock()
 		if offer {
 			for _, d := range lc.dues {
 				l.feed.Offer(d)
 			}
 		}
 	}
-	return nil
 }
 
 // drainRecorder waits until everything reported is recorded (bounded).

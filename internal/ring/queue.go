@@ -96,6 +96,13 @@ func (q *Queue) Earliest() (time.Time, bool) {
 	return q.s.Earliest()
 }
 
+// DueAtLeast reports whether at least n clocks are due at or before until.
+func (q *Queue) DueAtLeast(until time.Time, n int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.s.DueAtLeast(until, n)
+}
+
 // PopDue removes up to max clocks due at or before until.
 func (q *Queue) PopDue(until time.Time, max int) []alarm.Due {
 	q.mu.Lock()

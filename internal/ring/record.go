@@ -2,6 +2,8 @@ package ring
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
@@ -47,18 +49,16 @@ func (l *Loop) recorder(ctx context.Context) {
 	}
 }
 
-const recordChunk = 1000
+// recordChunk is the most clocks one outcome write carries.
+const recordChunk = 500
 
 // record writes r, removing from it what is written, so a retry resumes.
 func (l *Loop) record(ctx context.Context, r *results) error {
 	now := l.clk.Now()
-	err := l.write(rungIDs(r.rung), func(ids, toks []int64) error {
-		return l.store.MarkRung(ctx, r.rung[:len(ids)], toks)
-	}, func(n int) { r.rung = r.rung[n:] })
-	if err != nil {
+	if err := l.writeRung(ctx, r); err != nil {
 		return err
 	}
-	err = l.write(outcomeIDs(r.failed), func(ids, toks []int64) error {
+	err := l.write(outcomeIDs(r.failed), func(ids, toks []int64) error {
 		return l.store.Fail(ctx, r.failed[:len(ids)], toks, now)
 	}, func(n int) {
 		for i, o := range r.failed[:n] {
@@ -85,6 +85,43 @@ func (l *Loop) record(ctx context.Context, r *results) error {
 		}
 		r.unclaim = r.unclaim[n:]
 	})
+}
+
+// writeRung records confirmed rings in chunks, Recorders of them at once
+// (one after another they capped the ring rate: each is a round trip of
+// tens of milliseconds under load); r.rung keeps what failed, for the retry.
+func (l *Loop) writeRung(ctx context.Context, r *results) error {
+	var chunks [][]alarm.Rung
+	for rest := r.rung; len(rest) > 0; {
+		n := min(len(rest), recordChunk)
+		chunks = append(chunks, rest[:n])
+		rest = rest[n:]
+	}
+	done := make([]bool, len(chunks))
+	errs := make([]error, len(chunks))
+	sem := make(chan struct{}, l.cfg.Recorders)
+	var wg sync.WaitGroup
+	for i, c := range chunks {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ids := rungIDs(c)
+			toks, used := l.tokensOf(ids)
+			if errs[i] = l.store.MarkRung(ctx, c, toks); errs[i] == nil {
+				l.forget(ids, used)
+				done[i] = true
+			}
+		})
+	}
+	wg.Wait()
+	var failed []alarm.Rung
+	for i, c := range chunks {
+		if !done[i] {
+			failed = append(failed, c...)
+		}
+	}
+	r.rung = failed
+	return errors.Join(errs...)
 }
 
 // write records outcomes of ids in chunks, fenced by their claim tokens;
