@@ -20,6 +20,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/httpapi"
 	"github.com/clockd/clockd/internal/testenv"
 )
@@ -265,12 +266,35 @@ func TestClusterPausedInstanceRoutesCreates(t *testing.T) {
 		t.Fatalf("b did not take a's shards within %v: %s", took, v)
 	}
 	clusterSleepUntil(stoppedAt.Add(10 * time.Second))
+	// The creates are sent while a is still paused (the kernel takes the
+	// connections), so that a serves them as soon as it resumes, racing
+	// its own lease round that will notice the leases are gone.
+	const n = 40
+	// due within the preload window: behind the new owner's loading cursor
+	due := time.Now().Add(1200 * time.Millisecond).UTC().Truncate(time.Millisecond)
+	results := make(chan clusterClock, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			bid := fmt.Sprintf("r-%02d", i)
+			at := due.Add(time.Duration(i) * 10 * time.Millisecond)
+			var c httpapi.Clock
+			code, err := a.Do(context.Background(), "POST", "/v1/clocks", map[string]any{
+				"application": "route", "business_id": bid, "payload": bid, "ring_at": at.Format(time.RFC3339Nano),
+			}, &c)
+			if err != nil || code != http.StatusCreated {
+				t.Errorf("create %s through the resumed instance: %d %v", bid, code, err)
+				return
+			}
+			results <- clusterClock{ID: c.ID, BID: bid, Shard: alarm.ShardOf("route", bid, clusterShards), RingAt: at}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
 	a.Signal(syscall.SIGCONT)
-	// at once, before a's lease round notices its leases are gone
+	wg.Wait()
+	close(results)
 	clocks := map[int64]clusterClock{}
-	due := time.Now().Add(1500 * time.Millisecond)
-	for i := range 40 {
-		c := clusterCreate(t, a, "route", fmt.Sprintf("r-%02d", i), due.Add(time.Duration(i)*10*time.Millisecond))
+	for c := range results {
 		clocks[c.ID] = c
 	}
 	r := clusterWaitRung(cons, clocks, 15*time.Second)
