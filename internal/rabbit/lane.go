@@ -27,9 +27,9 @@ var errPending = errors.New("rabbit: pending")
 type batch struct {
 	errs       []error
 	at         []time.Time // when each confirm arrived (nil: not asked)
-	remaining  int  // published messages whose result is pending
-	publishing bool // the caller is still publishing
-	abandoned  bool // the caller gave up (timeout, ctx): ignore late confirms
+	remaining  int         // published messages whose result is pending
+	publishing bool        // the caller is still publishing
+	abandoned  bool        // the caller gave up (timeout, ctx): ignore late confirms
 	done       chan struct{}
 }
 
