@@ -46,6 +46,7 @@ type config struct {
 	batchClients int
 	payloadSize  int
 	httpTimeout  time.Duration
+	token        string // API token (clockd with auth.mode tokens)
 
 	n        int
 	nSet     bool // -n given: ring uses it as is instead of picking from the broker ceiling
@@ -123,6 +124,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.IntVar(&c.batchClients, "batch-clients", 4, "concurrent batch-create clients (batch scenario, ring/hot create phase, backlog)")
 	fs.IntVar(&c.payloadSize, "payload-size", 64, "approximate payload size in bytes")
 	fs.DurationVar(&c.httpTimeout, "http-timeout", 60*time.Second, "timeout of one HTTP request")
+	fs.StringVar(&c.token, "token", getenv("CLOCKD_TOKEN"), "API token sent as Authorization: Bearer, for a clockd with auth.mode tokens (env CLOCKD_TOKEN)")
 
 	fs.IntVar(&c.n, "n", 50000, "ring: clocks to ring; unless given, ring picks n = -ring-pct % of the broker ceiling x -span when the run measured that ceiling")
 	fs.DurationVar(&c.span, "span", 10*time.Second, "ring: the ring times are spread evenly over this span (target rate = n/span)")
@@ -250,6 +252,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 			v = redactURL(v)
 		case "mysql":
 			v = redactDSN(v)
+		case "token":
+			if v != "" {
+				v = "(set)" // never write a secret into the report
+			}
 		}
 		c.flags[f.Name] = v
 	})

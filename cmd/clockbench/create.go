@@ -23,8 +23,9 @@ import (
 // are kept alive and reused, bodies are built by hand (no reflection) and
 // responses are only decoded when the figures need them.
 type api struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	token string // sent as Authorization: Bearer when not empty
 }
 
 func newAPI(base string, conns int, timeout time.Duration) *api {
@@ -56,6 +57,9 @@ func (a *api) do(ctx context.Context, method, path string, body []byte, into *by
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {

@@ -87,6 +87,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		rss = startRSS(cfg.rssPID)
 	}
 	a := newAPI(cfg.addr, cfg.clients+cfg.batchClients+8, cfg.httpTimeout)
+	a.token = cfg.token
 	defer a.close()
 
 	needClockd := cfg.backlog > 0

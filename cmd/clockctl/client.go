@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -21,6 +24,31 @@ type client struct {
 	base    string // scheme://host[:port][/prefix], no trailing slash
 	timeout time.Duration
 	http    *http.Client
+	token   string // sent as Authorization: Bearer when not empty
+}
+
+// client returns the API client of the global flags: -addr, -timeout,
+// -token and -cacert.
+func (c *cli) client() (*client, error) {
+	cl, err := newClient(c.addr, c.timeout)
+	if err != nil {
+		return nil, err
+	}
+	cl.token = strings.TrimSpace(c.token)
+	if c.cacert != "" {
+		pem, err := os.ReadFile(c.cacert)
+		if err != nil {
+			return nil, usagef("-cacert: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usagef("-cacert %s: no PEM certificate in it", c.cacert)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		cl.http = &http.Client{Transport: tr}
+	}
+	return cl, nil
 }
 
 func newClient(addr string, timeout time.Duration) (*client, error) {
@@ -97,6 +125,9 @@ func (cl *client) do(ctx context.Context, method, path string, query url.Values,
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "clockctl")
+	if cl.token != "" {
+		req.Header.Set("Authorization", "Bearer "+cl.token)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -117,7 +148,11 @@ func (cl *client) do(ctx context.Context, method, path string, query url.Values,
 		return 0, nil, fmt.Errorf("%s %s: read answer: %w", method, target, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, nil, decodeError(resp.StatusCode, data)
+		ae := decodeError(resp.StatusCode, data)
+		if resp.StatusCode == http.StatusUnauthorized && cl.token == "" {
+			ae.Message += " (give a token with -token or CLOCKD_TOKEN)"
+		}
+		return resp.StatusCode, nil, ae
 	}
 	return resp.StatusCode, data, nil
 }

@@ -211,7 +211,7 @@ Examples:
 					empty := ""
 					body.Payload = &empty
 				}
-				cl, err := newClient(c.addr, c.timeout)
+				cl, err := c.client()
 				if err != nil {
 					return err
 				}
@@ -259,7 +259,7 @@ Examples:
 				if err := sched.fill(c, set, &body); err != nil {
 					return err
 				}
-				cl, err := newClient(c.addr, c.timeout)
+				cl, err := c.client()
 				if err != nil {
 					return err
 				}
@@ -286,7 +286,7 @@ func simpleCommand(name, summary, method, suffix, help string) command {
 				if err != nil {
 					return err
 				}
-				cl, err := newClient(c.addr, c.timeout)
+				cl, err := c.client()
 				if err != nil {
 					return err
 				}
@@ -304,7 +304,9 @@ func getCommand() command {
 	return simpleCommand("get", "show a clock", http.MethodGet, "", `
 Usage: clockctl get APP BUSINESS_ID
 
-Prints the clock (GET /v1/clocks/APP/BUSINESS_ID).
+Prints the clock (GET /v1/clocks/APP/BUSINESS_ID). A clock that finished
+and left the clock table after its retention is read from the history and
+shows "archived": true.
 
 Examples:
   clockctl get order o-123

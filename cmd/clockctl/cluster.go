@@ -38,7 +38,7 @@ Examples:
 				if len(pos) > 0 {
 					return usagef("unexpected argument %q", pos[0])
 				}
-				cl, err := newClient(c.addr, c.timeout)
+				cl, err := c.client()
 				if err != nil {
 					return err
 				}

@@ -66,7 +66,7 @@ Examples:
 				if limit < 0 {
 					return usagef("-limit must not be negative")
 				}
-				cl, err := newClient(c.addr, c.timeout)
+				cl, err := c.client()
 				if err != nil {
 					return err
 				}

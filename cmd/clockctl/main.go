@@ -50,6 +50,8 @@ type cli struct {
 
 	addr    string
 	timeout time.Duration
+	token   string
+	cacert  string
 }
 
 // usageError is a mistake on the command line: it is printed with a hint to
@@ -88,6 +90,8 @@ func commands() []command {
 		listCommand(),
 		clusterCommand(),
 		bindCommand(),
+		tokenCommand(),
+		quotaCommand(),
 	}
 }
 
@@ -116,12 +120,16 @@ Commands:
 Global flags (before the command):
   -addr URL        clockd base URL (default $CLOCKD_ADDR, else %s)
   -timeout D       timeout of each request (default 10s; 0 means none)
+  -token T         API token, sent as Authorization: Bearer (default $CLOCKD_TOKEN);
+                   needed when clockd runs with auth.mode tokens
+  -cacert FILE     trust this CA for an https:// -addr (default $CLOCKD_CACERT)
 
 Examples:
   clockctl create -app order -id o-123 -in 30m -payload '{"order":123}'
   clockctl -addr http://clockd:8080 get order o-123
   clockctl list -app order -status pending -all
   clockctl bind -app order -quorum
+  CLOCKD_TOKEN=clk_... clockctl token create -app order -scopes read,write
 
 Run 'clockctl <command> -h' for the flags of a command.
 Exit status: 0 success, 1 error from the server or the broker, 2 usage error.
@@ -138,6 +146,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	fs.Usage = func() {}
 	fs.StringVar(&c.addr, "addr", addrDefault, "clockd base URL")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "timeout of each request")
+	fs.StringVar(&c.token, "token", c.getenv("CLOCKD_TOKEN"), "API token")
+	fs.StringVar(&c.cacert, "cacert", c.getenv("CLOCKD_CACERT"), "PEM file of the CA that signed clockd's HTTPS certificate")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			c.mainUsage(c.stdout)

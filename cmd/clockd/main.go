@@ -48,6 +48,10 @@ Usage:
   clockd [-config PATH] migrate [up]     apply the schema and exit
   clockd [-config PATH] migrate status   show applied migrations
   clockd [-config PATH] migrate down     roll back every migration (drops the tables!)
+  clockd [-config PATH] token create --admin
+                                         make an admin token on MySQL, without the API
+                                         (also: token create -app APP -scopes read,write,
+                                         token list, token revoke ID)
   clockd env                             list the environment variables and their keys
 
 The configuration is config/clockd.yaml's keys with their defaults, the file named by
@@ -99,6 +103,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			sub = rest[0]
 		}
 		return migrate(ctx, cfg, log, sub, stdout)
+	case "token":
+		return tokenCommand(ctx, cfg, log, rest, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -146,19 +146,8 @@ func (s *Service) Replay(ctx context.Context, k Key) (Clock, error) {
 // List lists clocks, newest first, and returns the cursor of the next page
 // (0 when this is the last).
 func (s *Service) List(ctx context.Context, q ListQuery) ([]Clock, int64, error) {
-	if q.Application != "" {
-		if err := CheckApplication(q.Application); err != nil {
-			return nil, 0, err
-		}
-	}
-	if q.Status != "" && !q.Status.Valid() {
-		return nil, 0, invalid("status", "must be one of pending, firing, rung, cancelled, expired, dead")
-	}
-	if q.Limit <= 0 || q.Limit > 1000 {
-		return nil, 0, invalid("limit", "must be between 1 and 1000, got %d", q.Limit)
-	}
-	if q.BeforeID < 0 {
-		return nil, 0, invalid("after", "is not a cursor from a previous page")
+	if err := q.check(); err != nil {
+		return nil, 0, err
 	}
 	limit := q.Limit
 	q.Limit++ // one more tells whether there is a next page
@@ -173,6 +162,25 @@ func (s *Service) List(ctx context.Context, q ListQuery) ([]Clock, int64, error)
 		return cs, cs[limit-1].ID, nil
 	}
 	return cs, 0, nil
+}
+
+// check validates a list query.
+func (q ListQuery) check() error {
+	if q.Application != "" {
+		if err := CheckApplication(q.Application); err != nil {
+			return err
+		}
+	}
+	if q.Status != "" && !q.Status.Valid() {
+		return invalid("status", "must be one of pending, firing, rung, cancelled, expired, dead")
+	}
+	if q.Limit <= 0 || q.Limit > 1000 {
+		return invalid("limit", "must be between 1 and 1000, got %d", q.Limit)
+	}
+	if q.BeforeID < 0 {
+		return invalid("after", "is not a cursor from a previous page")
+	}
+	return nil
 }
 
 // Ping tells whether the store answers.

@@ -3,12 +3,15 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/auth"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }
@@ -24,15 +27,69 @@ func writeError(w http.ResponseWriter, code int, d ErrorDetail) {
 }
 
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	code, d := errorStatus(err)
-	if code >= 500 {
-		a.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)
+	if clientGone(r, err) {
+		// The client's doing: counted apart (499), not logged as a failure.
+		if st := stateOf(r); st != nil {
+			st.clientGone = true
+		}
+		a.log.Debug("client went away or cut its body off", "method", r.Method, "path", r.URL.Path, "request_id", requestIDOf(r), "err", err)
+		writeError(w, http.StatusBadRequest, ErrorDetail{"invalid_argument",
+			"the request body was cut off, or did not arrive within the server's read timeout"})
+		return
+	}
+	code, d := publicDetail(r, err)
+	a.logFailure(r, code, err)
+	switch code {
+	case http.StatusUnauthorized:
+		challenge := `Bearer realm="clockd"`
+		if r.Header.Get("Authorization") != "" {
+			challenge += `, error="invalid_token"`
+		}
+		w.Header().Set("WWW-Authenticate", challenge)
+	case http.StatusTooManyRequests:
+		var qe *auth.QuotaError
+		if errors.As(err, &qe) {
+			w.Header().Set("Retry-After", retryAfter(qe.RetryAfter))
+		} else {
+			w.Header().Set("Retry-After", "1")
+		}
 	}
 	writeError(w, code, d)
 }
 
+func (a *api) logFailure(r *http.Request, code int, err error) {
+	if code >= 500 {
+		a.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", code, "request_id", requestIDOf(r), "err", err)
+	}
+}
+
+// itemError is the answer to one item of a batch.
+func (a *api) itemError(r *http.Request, err error) BatchResult {
+	if clientGone(r, err) {
+		if st := stateOf(r); st != nil {
+			st.clientGone = true
+		}
+		return BatchResult{Status: 499, Error: &ErrorDetail{"unavailable", "the client went away"}}
+	}
+	code, d := publicDetail(r, err)
+	a.logFailure(r, code, err)
+	return BatchResult{Status: code, Error: &d}
+}
+
+func requestIDOf(r *http.Request) string {
+	if st := stateOf(r); st != nil {
+		return st.id
+	}
+	return ""
+}
+
 func (a *api) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	var mbe *http.MaxBytesError
+	if err != nil && !errors.As(err, &mbe) {
+		return nil, &clientError{err}
+	}
+	return data, err
 }
 
 func key(r *http.Request) alarm.Key {
@@ -47,6 +104,14 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 	}
 	in, err := decodeCreateInput(data)
 	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if err := a.allow(r, in.Application, auth.ScopeWrite); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if err := a.admitOne(r, in); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -91,20 +156,26 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 	pos := make([]int, 0, len(b.Clocks))
 	for i, raw := range b.Clocks {
 		in, err := decodeCreateInput(raw)
+		if err == nil {
+			err = a.allow(r, in.Application, auth.ScopeWrite)
+		}
 		if err != nil {
-			code, d := errorStatus(err)
-			results[i] = BatchResult{Status: code, Error: &d}
+			results[i] = a.itemError(r, err)
 			continue
 		}
 		ins = append(ins, in)
 		pos = append(pos, i)
 	}
+	ins, pos, err = a.admit(r, ins, pos, results)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	if len(ins) > 0 {
 		for j, res := range a.svc.Create(r.Context(), ins) {
 			i := pos[j]
 			if res.Err != nil {
-				code, d := errorStatus(res.Err)
-				results[i] = BatchResult{Status: code, Error: &d}
+				results[i] = a.itemError(r, res.Err)
 				continue
 			}
 			c := ClockJSON(res.Clock)
@@ -118,6 +189,10 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) get(w http.ResponseWriter, r *http.Request) {
+	if err := a.allow(r, key(r).Application, auth.ScopeRead); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	c, err := a.svc.Get(r.Context(), key(r))
 	if err != nil {
 		a.fail(w, r, err)
@@ -127,6 +202,10 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
+	if err := a.allow(r, key(r).Application, auth.ScopeWrite); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	c, err := a.svc.Cancel(r.Context(), key(r))
 	if err != nil {
 		a.fail(w, r, err)
@@ -136,6 +215,10 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) reschedule(w http.ResponseWriter, r *http.Request) {
+	if err := a.allow(r, key(r).Application, auth.ScopeWrite); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	data, err := a.body(w, r)
 	if err != nil {
 		a.fail(w, r, err)
@@ -155,60 +238,16 @@ func (a *api) reschedule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) replay(w http.ResponseWriter, r *http.Request) {
+	if err := a.allow(r, key(r).Application, auth.ScopeWrite); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	c, err := a.svc.Replay(r.Context(), key(r))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, ClockJSON(c))
-}
-
-// DefaultListLimit is the page size when limit is not given.
-const DefaultListLimit = 100
-
-func (a *api) list(w http.ResponseWriter, r *http.Request) {
-	qs := r.URL.Query()
-	for name := range qs {
-		switch name {
-		case "application", "status", "limit", "after":
-		default:
-			a.fail(w, r, badField(name, "is not a known query parameter (application, status, limit, after)"))
-			return
-		}
-	}
-	q := alarm.ListQuery{Application: qs.Get("application"), Status: alarm.Status(qs.Get("status")), Limit: DefaultListLimit}
-	if s := qs.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			a.fail(w, r, badField("limit", "%q is not a whole number", s))
-			return
-		}
-		q.Limit = n
-	}
-	if s := qs.Get("after"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			a.fail(w, r, badField("after", "%q is not a cursor from a previous page", s))
-			return
-		}
-		q.BeforeID = n
-	}
-	clocks, next, err := a.svc.List(r.Context(), q)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	out := struct {
-		Clocks []Clock `json:"clocks"`
-		Next   string  `json:"next"`
-	}{Clocks: make([]Clock, len(clocks))}
-	for i, c := range clocks {
-		out.Clocks[i] = ClockJSON(c)
-	}
-	if next > 0 {
-		out.Next = strconv.FormatInt(next, 10)
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
@@ -218,7 +257,8 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	code := http.StatusOK
 	for _, c := range a.ready {
 		if err := c.Check(ctx); err != nil {
-			checks[c.Name] = err.Error()
+			a.log.Debug("not ready", "check", c.Name, "request_id", requestIDOf(r), "err", err)
+			checks[c.Name] = hideAddrs(err.Error())
 			code = http.StatusServiceUnavailable
 			continue
 		}
@@ -236,10 +276,19 @@ func (a *api) clusterView(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, ErrorDetail{"not_found", "cluster view is not available"})
 		return
 	}
-	v, err := a.cluster(r.Context())
+	ctx, cancel := a.bounded(r)
+	defer cancel()
+	v, err := a.cluster(ctx)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
 }
+
+// addrRE matches the host:port of an address in an error message.
+var addrRE = regexp.MustCompile(`(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}\b`)
+
+// hideAddrs keeps a readiness reason ("dial tcp: connection refused") but
+// not the internal addresses in it.
+func hideAddrs(s string) string { return addrRE.ReplaceAllString(s, "<address>") }

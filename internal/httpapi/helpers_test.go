@@ -43,6 +43,16 @@ type apiEnv struct {
 // newAPI starts the API; edit may change the options (e.g. readiness checks).
 func newAPI(t *testing.T, edit ...func(*httpapi.Options)) *apiEnv {
 	t.Helper()
+	return newAPIDB(t, func(_ *sqlx.DB, o *httpapi.Options) {
+		for _, e := range edit {
+			e(o)
+		}
+	})
+}
+
+// newAPIDB is newAPI with edits that need the database (auth, quotas).
+func newAPIDB(t *testing.T, edit ...func(*sqlx.DB, *httpapi.Options)) *apiEnv {
+	t.Helper()
 	dsn := testenv.MySQLDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -68,7 +78,7 @@ func newAPI(t *testing.T, edit ...func(*httpapi.Options)) *apiEnv {
 		Ready: []httpapi.Check{{Name: "mysql", Check: store.Ping}},
 	}
 	for _, e := range edit {
-		e(&opts)
+		e(db, &opts)
 	}
 	srv := httptest.NewServer(httpapi.New(opts))
 	t.Cleanup(srv.Close)
@@ -151,8 +161,8 @@ var (
 	clockKeys = []string{"application", "attempts", "business_id", "content_type", "created_at", "id",
 		"last_error", "latest_ring_at", "max_attempts", "next_try_at", "payload", "ring_at", "rung_at",
 		"status", "updated_at"}
-	codeOf = map[int]string{400: "invalid_argument", 404: "not_found", 409: "conflict", 413: "too_large",
-		503: "unavailable", 500: "internal"}
+	codeOf = map[int]string{400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
+		405: "method_not_allowed", 409: "conflict", 413: "too_large", 429: "resource_exhausted", 503: "unavailable", 500: "internal"}
 )
 
 func keysOf(m map[string]json.RawMessage) []string {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/auth"
 )
 
 // Check is one readiness probe; nil means healthy.
@@ -30,17 +31,44 @@ type Options struct {
 	Ready        []Check
 	// Cluster, when set, answers GET /v1/cluster.
 	Cluster func(ctx context.Context) (any, error)
+	// Auth authenticates requests and serves /v1/tokens; nil: auth off and
+	// no tokens API.
+	Auth *auth.Authenticator
+	// Quotas enforces and serves the per-application quotas; nil: none.
+	Quotas *auth.Quotas
+	// MaxListBytes bounds the JSON of one list answer (default
+	// DefaultMaxListBytes): a page that would be larger ends early, with
+	// its "next" cursor.
+	MaxListBytes int
+	// MaxConcurrent caps the requests served at once, and 4 times as
+	// many request bodies being received (/healthz and /readyz aside);
+	// past it requests answer 503 at once. 0: no cap.
+	MaxConcurrent int
+	// DBTimeout bounds the MySQL work the HTTP layer does itself (token
+	// lookups, quotas, the tokens and quota API), as the service bounds
+	// its own: a stalled database answers 503, not a hung request.
+	// Default alarm.DefaultTimeout.
+	DBTimeout time.Duration
 }
 
 // MaxBatch is the most clocks one batch create may carry.
 const MaxBatch = 1000
 
+// DefaultMaxListBytes is the default bound of one list answer.
+const DefaultMaxListBytes = 1 << 20
+
 type api struct {
 	svc     *alarm.Service
 	log     *slog.Logger
 	maxBody int64
+	maxList int
 	ready   []Check
 	cluster func(ctx context.Context) (any, error)
+	auth    *auth.Authenticator
+	quotas  *auth.Quotas
+	mux     *http.ServeMux
+	limit   *limiter
+	dbTime  time.Duration
 }
 
 // New returns the handler of every route.
@@ -51,27 +79,43 @@ func New(o Options) http.Handler {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = 8 << 20
 	}
-	a := &api{svc: o.Service, log: o.Logger, maxBody: o.MaxBodyBytes, ready: o.Ready, cluster: o.Cluster}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/clocks", a.create)
-	mux.HandleFunc("POST /v1/clocks/batch", a.createBatch)
-	mux.HandleFunc("GET /v1/clocks", a.list)
-	mux.HandleFunc("GET /v1/clocks/{application}/{business_id}", a.get)
-	mux.HandleFunc("DELETE /v1/clocks/{application}/{business_id}", a.cancel)
-	mux.HandleFunc("PATCH /v1/clocks/{application}/{business_id}", a.reschedule)
-	mux.HandleFunc("POST /v1/clocks/{application}/{business_id}/replay", a.replay)
-	mux.HandleFunc("GET /v1/cluster", a.clusterView)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	if o.MaxListBytes <= 0 {
+		o.MaxListBytes = DefaultMaxListBytes
+	}
+	a := &api{svc: o.Service, log: o.Logger, maxBody: o.MaxBodyBytes, maxList: o.MaxListBytes, ready: o.Ready,
+		cluster: o.Cluster, auth: o.Auth, quotas: o.Quotas, mux: http.NewServeMux(), limit: newLimiter(o.MaxConcurrent),
+		dbTime: o.DBTimeout}
+	if a.dbTime <= 0 {
+		a.dbTime = alarm.DefaultTimeout
+	}
+	a.handle("POST /v1/clocks", needWrite, a.create)
+	a.handle("POST /v1/clocks/batch", needWrite, a.createBatch)
+	a.handle("GET /v1/clocks", needRead, a.list)
+	a.handle("GET /v1/clocks/{application}/{business_id}", needRead, a.get)
+	a.handle("DELETE /v1/clocks/{application}/{business_id}", needWrite, a.cancel)
+	a.handle("PATCH /v1/clocks/{application}/{business_id}", needWrite, a.reschedule)
+	a.handle("POST /v1/clocks/{application}/{business_id}/replay", needWrite, a.replay)
+	a.handle("GET /v1/cluster", needAdmin, a.clusterView)
+	if a.auth != nil {
+		a.handle("POST /v1/tokens", needAdmin, a.createToken)
+		a.handle("GET /v1/tokens", needAdmin, a.listTokens)
+		a.handle("DELETE /v1/tokens/{id}", needAdmin, a.revokeToken)
+	}
+	if a.quotas != nil {
+		a.handle("GET /v1/applications/{application}/quota", needAdmin, a.getQuota)
+		a.handle("PUT /v1/applications/{application}/quota", needAdmin, a.setQuota)
+	}
+	a.handle("GET /healthz", open, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("GET /readyz", a.readyz)
+	a.handle("GET /readyz", open, a.readyz)
 	if o.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+		a.handle("GET /metrics", needAdmin, promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}).ServeHTTP)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, ErrorDetail{"not_found", "no route " + r.Method + " " + r.URL.Path})
-	})
-	return instrument(mux, o.Registerer)
+	// No catch-all route: the mux itself answers 404 for an unknown path
+	// and 405 with Allow for a known path with another method; misses
+	// turns both into JSON errors.
+	return withRequestState(instrument(misses(a.mux), o.Registerer), o.Logger)
 }
 
 // instrument counts requests and their latency by route and status.
@@ -94,7 +138,13 @@ func instrument(next http.Handler, reg prometheus.Registerer) http.Handler {
 		if route == "" {
 			route = "unmatched"
 		}
-		reqs.WithLabelValues(route, itoa(sw.code)).Inc()
+		code := itoa(sw.code)
+		if st := stateOf(r); st != nil && st.clientGone {
+			// The client cut its body off or went away: its doing, not
+			// a server error (nginx's 499).
+			code = "499"
+		}
+		reqs.WithLabelValues(route, code).Inc()
 		dur.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
 }

@@ -1,0 +1,259 @@
+package auth_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/auth"
+)
+
+// fakeStore is an in-memory auth.Store that counts lookups.
+type fakeStore struct {
+	mu      sync.Mutex
+	tokens  map[[32]byte]auth.Token
+	byID    map[int64][32]byte
+	lookups int
+	down    bool
+	quotas  map[string]auth.Quota
+	live    map[string]int
+	counts  int
+}
+
+func newFake() *fakeStore {
+	return &fakeStore{tokens: map[[32]byte]auth.Token{}, byID: map[int64][32]byte{}, quotas: map[string]auth.Quota{}, live: map[string]int{}}
+}
+
+func (f *fakeStore) CreateToken(_ context.Context, t auth.Token, h [32]byte) (auth.Token, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t.ID = int64(len(f.tokens) + 1)
+	f.tokens[h], f.byID[t.ID] = t, h
+	return t, nil
+}
+func (f *fakeStore) ListTokens(context.Context, string) ([]auth.Token, error) { return nil, nil }
+func (f *fakeStore) RevokeToken(_ context.Context, id int64, now time.Time) (auth.Token, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.byID[id]
+	if !ok {
+		return auth.Token{}, alarm.ErrNotFound
+	}
+	t := f.tokens[h]
+	t.RevokedAt = now
+	f.tokens[h] = t
+	return t, nil
+}
+func (f *fakeStore) TokenByHash(_ context.Context, h [32]byte) (auth.Token, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups++
+	if f.down {
+		return auth.Token{}, alarm.ErrUnavailable
+	}
+	t, ok := f.tokens[h]
+	if !ok {
+		return auth.Token{}, alarm.ErrNotFound
+	}
+	return t, nil
+}
+func (f *fakeStore) TouchToken(context.Context, int64, time.Time) error { return nil }
+func (f *fakeStore) Quota(_ context.Context, app string) (auth.Quota, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.quotas[app], nil
+}
+func (f *fakeStore) SetQuota(_ context.Context, q auth.Quota, now time.Time) (auth.Quota, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q.UpdatedAt = now
+	f.quotas[q.Application] = q
+	return q, nil
+}
+func (f *fakeStore) LiveClocks(_ context.Context, app string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counts++
+	return f.live[app], nil
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func TestAuthenticateCaches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, clk := newFake(), &clock{t: time.Unix(1e9, 0)}
+	a := auth.New(st, auth.Config{Mode: auth.ModeTokens, CacheTTL: 5 * time.Second, Now: clk.now, AdminToken: "the-bootstrap-admin"})
+	tok, secret, err := a.CreateToken(ctx, auth.NewToken{Application: "order", Scopes: []auth.Scope{auth.ScopeRead}})
+	if err != nil || tok.ID == 0 || len(secret) < 40 || tok.Prefix != secret[:10] {
+		t.Fatalf("CreateToken: %+v %q %v", tok, secret, err)
+	}
+	for range 100 {
+		p, err := a.Authenticate(ctx, "Bearer "+secret)
+		if err != nil || p.Application != "order" || p.Admin || p.TokenID != tok.ID {
+			t.Fatalf("Authenticate: %+v %v", p, err)
+		}
+	}
+	for range 10 {
+		if _, err := a.Authenticate(ctx, "Bearer clk_unknown"); !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Fatalf("unknown token: %v", err)
+		}
+	}
+	if st.lookups != 2 {
+		t.Errorf("%d store lookups for 110 requests with 2 tokens, want 2 (cached)", st.lookups)
+	}
+	clk.add(6 * time.Second)
+	if _, err := a.Authenticate(ctx, "bearer "+secret); err != nil || st.lookups != 3 {
+		t.Errorf("after the TTL: %v, %d lookups, want one more", err, st.lookups)
+	}
+	if _, err := a.RevokeToken(ctx, tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Authenticate(ctx, "Bearer "+secret); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Errorf("revoked here: %v, want unauthenticated at once", err)
+	}
+	p, err := a.Authenticate(ctx, "Bearer the-bootstrap-admin")
+	if err != nil || !p.Admin {
+		t.Errorf("bootstrap admin: %+v %v", p, err)
+	}
+	for _, h := range []string{"", "Basic abc", "Bearer", "Bearer   ", "the-bootstrap-admin"} {
+		if _, err := a.Authenticate(ctx, h); !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Errorf("header %q: %v", h, err)
+		}
+	}
+	st.down = true
+	clk.add(time.Minute)
+	if _, err := a.Authenticate(ctx, "Bearer clk_other"); !errors.Is(err, alarm.ErrUnavailable) || errors.Is(err, auth.ErrUnauthenticated) {
+		t.Errorf("store down: %v, want unavailable (503), not 401", err)
+	}
+	off := auth.New(st, auth.Config{Mode: auth.ModeOff})
+	if p, err := off.Authenticate(ctx, ""); err != nil || !p.Admin {
+		t.Errorf("auth off: %+v %v", p, err)
+	}
+}
+
+func TestPrincipalAllow(t *testing.T) {
+	t.Parallel()
+	rw := auth.Principal{TokenID: 1, Application: "order", Scopes: []auth.Scope{auth.ScopeRead, auth.ScopeWrite}}
+	ro := auth.Principal{TokenID: 2, Application: "order", Scopes: []auth.Scope{auth.ScopeRead}}
+	for _, tt := range []struct {
+		p     auth.Principal
+		app   string
+		scope auth.Scope
+		ok    bool
+	}{
+		{rw, "order", auth.ScopeRead, true},
+		{rw, "order", auth.ScopeWrite, true},
+		{rw, "member", auth.ScopeRead, false},
+		{ro, "order", auth.ScopeRead, true},
+		{ro, "order", auth.ScopeWrite, false},
+		{auth.Principal{Admin: true}, "member", auth.ScopeWrite, true},
+		{auth.Anyone, "x", auth.ScopeWrite, true},
+	} {
+		err := tt.p.Allow(tt.app, tt.scope)
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, auth.ErrPermissionDenied)) {
+			t.Errorf("%+v on %s/%s: %v, want ok=%v", tt.p, tt.app, tt.scope, err, tt.ok)
+		}
+	}
+	if rw.RequireAdmin() == nil || (auth.Principal{Admin: true}).RequireAdmin() != nil {
+		t.Error("RequireAdmin")
+	}
+}
+
+func TestNewTokenCheck(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		n     auth.NewToken
+		field string // "" = valid
+	}{
+		{auth.NewToken{Admin: true}, ""},
+		{auth.NewToken{Application: "order", Scopes: []auth.Scope{"read", "write"}}, ""},
+		{auth.NewToken{Application: "order", Scopes: []auth.Scope{"write"}}, ""},
+		{auth.NewToken{}, "application"},
+		{auth.NewToken{Application: "order"}, "scopes"},
+		{auth.NewToken{Application: "order", Scopes: []auth.Scope{"admin"}}, "scopes"},
+		{auth.NewToken{Application: "order", Scopes: []auth.Scope{"read", "read"}}, "scopes"},
+		{auth.NewToken{Application: "bad app", Scopes: []auth.Scope{"read"}}, "application"},
+		{auth.NewToken{Admin: true, Application: "order"}, "application"},
+		{auth.NewToken{Admin: true, Scopes: []auth.Scope{"read"}}, "scopes"},
+	} {
+		err := tt.n.Check()
+		var fe *alarm.FieldError
+		switch {
+		case tt.field == "" && err != nil:
+			t.Errorf("%+v: %v", tt.n, err)
+		case tt.field != "" && (!errors.As(err, &fe) || fe.Field != tt.field):
+			t.Errorf("%+v: %v, want an error on %s", tt.n, err, tt.field)
+		}
+	}
+}
+
+func TestQuotaAdmit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, clk := newFake(), &clock{t: time.Unix(1e9, 0)}
+	q := auth.NewQuotas(st, auth.QuotaConfig{Now: clk.now, LiveTTL: time.Second})
+	if errs, err := q.Admit(ctx, "order", []int{1 << 20}); err != nil || errs[0] != nil {
+		t.Fatalf("no quota: %v %v", errs, err)
+	}
+	if _, err := q.Set(ctx, auth.Quota{Application: "order", CreatesPerSecond: 4, MaxLiveClocks: 6, MaxPayloadBytes: 100}); err != nil {
+		t.Fatal(err)
+	}
+	quota := func(err error) string {
+		var qe *auth.QuotaError
+		if !errors.As(err, &qe) {
+			return ""
+		}
+		if !errors.Is(err, auth.ErrResourceExhausted) || qe.RetryAfter <= 0 {
+			t.Errorf("quota error %v", err)
+		}
+		return qe.Quota
+	}
+	errs, err := q.Admit(ctx, "order", []int{10, 101, 10, 10, 10, 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"", "max_payload_bytes", "", "", "", "creates_per_second"}
+	for i, e := range errs {
+		if got := quota(e); got != want[i] {
+			t.Errorf("item %d: %q, want %q", i, got, want[i])
+		}
+	}
+	clk.add(500 * time.Millisecond) // two more tokens
+	errs, _ = q.Admit(ctx, "order", []int{1, 1, 1})
+	if quota(errs[0]) != "" || quota(errs[1]) != "" || quota(errs[2]) != "creates_per_second" {
+		t.Errorf("after half a second: %v", errs)
+	}
+	clk.add(2 * time.Second) // bucket full again; 6 admitted so far, all live
+	st.live["order"] = 6
+	errs, _ = q.Admit(ctx, "order", []int{1})
+	if quota(errs[0]) != "max_live_clocks" {
+		t.Errorf("at max_live_clocks: %v", errs)
+	}
+	st.live["order"] = 5 // one rang
+	errs, _ = q.Admit(ctx, "order", []int{1, 1})
+	if quota(errs[0]) != "max_live_clocks" {
+		t.Errorf("count not refreshed before LiveTTL: %v", errs)
+	}
+	clk.add(1100 * time.Millisecond)
+	errs, _ = q.Admit(ctx, "order", []int{1, 1})
+	if quota(errs[0]) != "" || quota(errs[1]) != "max_live_clocks" {
+		t.Errorf("after the count is refreshed: %v", errs)
+	}
+	if errs, _ := q.Admit(ctx, "member", []int{1000}); errs[0] != nil {
+		t.Errorf("another application: %v", errs)
+	}
+}

@@ -1,0 +1,263 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+// SecretPrefix starts every token secret, so that secrets are easy to
+// recognise (in a leaked log, by a secret scanner).
+const SecretPrefix = "clk_"
+
+// prefixLen is how much of a secret is stored in the clear to tell tokens
+// apart: "clk_" and 6 of its 43 random characters.
+const prefixLen = len(SecretPrefix) + 6
+
+// DefaultCacheTTL is how long a token lookup is trusted without asking the
+// store again: the bound on how long a token revoked through another
+// instance keeps working here.
+const DefaultCacheTTL = 5 * time.Second
+
+// maxCached bounds the cache; past it the cache starts afresh.
+const maxCached = 100_000
+
+// Config configures an Authenticator.
+type Config struct {
+	Mode Mode
+	// AdminToken, when not empty, is accepted as a token of the admin kind.
+	AdminToken string
+	// CacheTTL: see DefaultCacheTTL.
+	CacheTTL time.Duration
+	Now      func() time.Time
+	Logger   *slog.Logger
+}
+
+// Authenticator turns a request's bearer token into a Principal and manages
+// tokens. Lookups are cached (hits and misses) for CacheTTL; revoking through
+// this instance drops the token from its cache at once.
+type Authenticator struct {
+	store     Store
+	mode      Mode
+	adminHash []byte
+	ttl       time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+
+	mu    sync.RWMutex
+	cache map[[32]byte]cached
+
+	flight group
+}
+
+type cached struct {
+	tok     Token
+	ok      bool // false: no such token, or revoked
+	expires time.Time
+}
+
+// New returns an authenticator over store.
+func New(store Store, cfg Config) *Authenticator {
+	if cfg.Mode == "" {
+		cfg.Mode = ModeTokens
+	}
+	if cfg.CacheTTL <= 0 {
+		cfg.CacheTTL = DefaultCacheTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &Authenticator{store: store, mode: cfg.Mode, ttl: cfg.CacheTTL, now: cfg.Now, log: cfg.Logger,
+		cache: map[[32]byte]cached{}}
+	if cfg.AdminToken != "" {
+		h := sha256.Sum256([]byte(cfg.AdminToken))
+		a.adminHash = h[:]
+	}
+	return a
+}
+
+// Mode is the mode in force.
+func (a *Authenticator) Mode() Mode { return a.mode }
+
+// NewSecret returns a fresh token secret and its hash: 32 random bytes,
+// base64url, after SecretPrefix.
+func NewSecret() (string, [32]byte) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported systems
+	}
+	s := SecretPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return s, sha256.Sum256([]byte(s))
+}
+
+// bearer extracts the token of an Authorization header.
+func bearer(header string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// Authenticate returns the principal of a request given its Authorization
+// header. With auth off everyone is Anyone. Errors match ErrUnauthenticated,
+// or alarm.ErrUnavailable when the store could not be asked.
+func (a *Authenticator) Authenticate(ctx context.Context, header string) (Principal, error) {
+	if a.mode == ModeOff {
+		return Anyone, nil
+	}
+	if header == "" {
+		return Principal{}, fmt.Errorf("%w: this call needs an Authorization: Bearer <token> header", ErrUnauthenticated)
+	}
+	secret, ok := bearer(header)
+	if !ok {
+		return Principal{}, fmt.Errorf("%w: the Authorization header must be \"Bearer <token>\"", ErrUnauthenticated)
+	}
+	hash := sha256.Sum256([]byte(secret))
+	if a.adminHash != nil && subtle.ConstantTimeCompare(hash[:], a.adminHash) == 1 {
+		return Principal{Admin: true}, nil
+	}
+	now := a.now()
+	a.mu.RLock()
+	c, hit := a.cache[hash]
+	a.mu.RUnlock()
+	if !hit || now.After(c.expires) {
+		var err error
+		c, err = a.lookup(ctx, hash, now)
+		if err != nil {
+			return Principal{}, err
+		}
+	}
+	if !c.ok {
+		return Principal{}, fmt.Errorf("%w: the token is not valid (unknown or revoked)", ErrUnauthenticated)
+	}
+	return Principal{TokenID: c.tok.ID, Application: c.tok.Application, Admin: c.tok.Admin, Scopes: c.tok.Scopes}, nil
+}
+
+// lookup asks the store once for every concurrent request with the same
+// token, caches the answer and, for a valid token, records its use.
+func (a *Authenticator) lookup(ctx context.Context, hash [32]byte, now time.Time) (cached, error) {
+	v, err := a.flight.do(string(hash[:]), func() (any, error) {
+		tok, err := a.store.TokenByHash(ctx, hash)
+		c := cached{expires: now.Add(a.ttl)}
+		switch {
+		case errors.Is(err, alarm.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("look up token: %w", err)
+		default:
+			c.tok, c.ok = tok, tok.RevokedAt.IsZero()
+		}
+		if c.ok {
+			// last_used_at is written at most once per TTL per token and
+			// instance: when the lookup is repeated.
+			if err := a.store.TouchToken(ctx, tok.ID, now); err != nil {
+				a.log.Debug("record token use", "token", tok.ID, "err", err)
+			}
+		}
+		a.mu.Lock()
+		if len(a.cache) >= maxCached {
+			clear(a.cache)
+		}
+		a.cache[hash] = c
+		a.mu.Unlock()
+		return c, nil
+	})
+	if err != nil {
+		return cached{}, err
+	}
+	return v.(cached), nil
+}
+
+// CreateToken stores a new token and returns it with its secret, which is
+// not kept anywhere: it cannot be shown again.
+func (a *Authenticator) CreateToken(ctx context.Context, n NewToken) (Token, string, error) {
+	if err := n.Check(); err != nil {
+		return Token{}, "", err
+	}
+	secret, hash := NewSecret()
+	t := Token{Application: n.Application, Admin: n.Admin, Scopes: n.Scopes, Name: n.Name,
+		Prefix: secret[:prefixLen], CreatedAt: a.now().UTC().Truncate(time.Millisecond)}
+	t, err := a.store.CreateToken(ctx, t, hash)
+	if err != nil {
+		return Token{}, "", err
+	}
+	a.mu.Lock()
+	delete(a.cache, hash) // a miss cached before it existed (it cannot be guessed, but still)
+	a.mu.Unlock()
+	return t, secret, nil
+}
+
+// ListTokens lists the tokens (of one application when app is not empty).
+func (a *Authenticator) ListTokens(ctx context.Context, app string) ([]Token, error) {
+	if app != "" {
+		if err := alarm.CheckApplication(app); err != nil {
+			return nil, err
+		}
+	}
+	return a.store.ListTokens(ctx, app)
+}
+
+// RevokeToken revokes a token: it stops working here at once, and on other
+// instances once their cache entry expires (CacheTTL).
+func (a *Authenticator) RevokeToken(ctx context.Context, id int64) (Token, error) {
+	t, err := a.store.RevokeToken(ctx, id, a.now())
+	if err != nil {
+		return Token{}, err
+	}
+	a.mu.Lock()
+	for h, c := range a.cache {
+		if c.tok.ID == id {
+			delete(a.cache, h)
+		}
+	}
+	a.mu.Unlock()
+	return t, nil
+}
+
+// group runs one call per key at a time; concurrent callers of the same key
+// share its result (golang.org/x/sync/singleflight, in a few lines).
+type group struct {
+	mu    sync.Mutex
+	calls map[string]*call
+}
+
+type call struct {
+	done chan struct{}
+	v    any
+	err  error
+}
+
+func (g *group) do(key string, fn func() (any, error)) (any, error) {
+	g.mu.Lock()
+	if g.calls == nil {
+		g.calls = map[string]*call{}
+	}
+	if c, ok := g.calls[key]; ok {
+		g.mu.Unlock()
+		<-c.done
+		return c.v, c.err
+	}
+	c := &call{done: make(chan struct{})}
+	g.calls[key] = c
+	g.mu.Unlock()
+	c.v, c.err = fn()
+	g.mu.Lock()
+	delete(g.calls, key)
+	g.mu.Unlock()
+	close(c.done)
+	return c.v, c.err
+}

@@ -1,0 +1,143 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/auth"
+)
+
+// access is what a route needs of its caller.
+type access int
+
+const (
+	open      access = iota // no token: /healthz, /readyz
+	needRead                // a token with the read scope (the application is checked by the handler)
+	needWrite               // a token with the write scope (likewise)
+	needAdmin               // a token of the admin kind
+)
+
+type principalKey struct{}
+
+// handle registers a route behind the authentication it needs and the
+// concurrency limits. A request without a valid token answers 401 before
+// anything else is read; one whose token lacks the scope, 403.
+func (a *api) handle(pattern string, need access, h http.HandlerFunc) {
+	if need == open {
+		a.mux.HandleFunc(pattern, h) // health probes: never limited
+		return
+	}
+	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		p := auth.Anyone
+		if a.auth != nil {
+			var err error
+			ctx, cancel := a.bounded(r)
+			p, err = a.auth.Authenticate(ctx, r.Header.Get("Authorization"))
+			cancel()
+			if err != nil {
+				a.fail(w, r, err)
+				return
+			}
+		}
+		var err error
+		switch need {
+		case needAdmin:
+			err = p.RequireAdmin()
+		case needRead:
+			err = p.AllowScope(auth.ScopeRead)
+		case needWrite:
+			err = p.AllowScope(auth.ScopeWrite)
+		}
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		a.limit.serve(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), a.maxBody, h)
+	})
+}
+
+// bounded is r's context with the deadline of one request's MySQL work.
+func (a *api) bounded(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), a.dbTime)
+}
+
+func principal(r *http.Request) auth.Principal {
+	if p, ok := r.Context().Value(principalKey{}).(auth.Principal); ok {
+		return p
+	}
+	return auth.Anyone
+}
+
+// allow checks the caller may use scope s on app's clocks. It is asked
+// before the store, so that the answer is the same whether a clock exists
+// or not.
+func (a *api) allow(r *http.Request, app string, s auth.Scope) error {
+	return principal(r).Allow(app, s)
+}
+
+func payloadSize(in alarm.CreateInput) int {
+	if in.Payload == nil {
+		return 0
+	}
+	return len(*in.Payload)
+}
+
+// admitOne checks one create against its application's quota.
+func (a *api) admitOne(r *http.Request, in alarm.CreateInput) error {
+	if a.quotas == nil {
+		return nil
+	}
+	ctx, cancel := a.bounded(r)
+	defer cancel()
+	errs, err := a.quotas.Admit(ctx, in.Application, []int{payloadSize(in)})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// admit checks the creates of a batch against their applications' quotas,
+// in request order: a create over a quota gets its 429 in results and is
+// left out of the returned inputs (and positions).
+func (a *api) admit(r *http.Request, ins []alarm.CreateInput, pos []int, results []BatchResult) ([]alarm.CreateInput, []int, error) {
+	if a.quotas == nil || len(ins) == 0 {
+		return ins, pos, nil
+	}
+	byApp := map[string][]int{} // application -> indexes into ins
+	var apps []string
+	for j, in := range ins {
+		if _, ok := byApp[in.Application]; !ok {
+			apps = append(apps, in.Application)
+		}
+		byApp[in.Application] = append(byApp[in.Application], j)
+	}
+	refused := make([]bool, len(ins))
+	for _, app := range apps {
+		js := byApp[app]
+		sizes := make([]int, len(js))
+		for k, j := range js {
+			sizes[k] = payloadSize(ins[j])
+		}
+		ctx, cancel := a.bounded(r)
+		errs, err := a.quotas.Admit(ctx, app, sizes)
+		cancel()
+		if err != nil {
+			return nil, nil, err
+		}
+		for k, e := range errs {
+			if e != nil {
+				results[pos[js[k]]] = a.itemError(r, e)
+				refused[js[k]] = true
+			}
+		}
+	}
+	outIns, outPos := ins[:0:0], pos[:0:0]
+	for j := range ins {
+		if !refused[j] {
+			outIns = append(outIns, ins[j])
+			outPos = append(outPos, pos[j])
+		}
+	}
+	return outIns, outPos, nil
+}

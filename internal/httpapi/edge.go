@@ -1,0 +1,240 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ServerConfig is the HTTP edge: the deadlines and sizes that keep slow or
+// hostile clients from holding clockd's goroutines and memory.
+type ServerConfig struct {
+	// ReadTimeout bounds reading a whole request, body included: a body
+	// sent at one byte a second is cut off.
+	ReadTimeout time.Duration
+	// ReadHeaderTimeout bounds reading the request headers.
+	ReadHeaderTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of its answer: a client that never reads its answer lets go of it.
+	WriteTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle that long.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the request line and headers.
+	MaxHeaderBytes int
+	// TLS, when set, serves HTTPS.
+	TLS *tls.Config
+}
+
+// NewServer returns the http.Server of handler h with the edge limits of c.
+// Its own error lines (TLS handshakes, bad requests) go to log at debug
+// level: they are the clients' doing.
+func NewServer(h http.Handler, c ServerConfig, log *slog.Logger) *http.Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadTimeout:       c.ReadTimeout,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		WriteTimeout:      c.WriteTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    c.MaxHeaderBytes,
+		TLSConfig:         c.TLS,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+}
+
+// reqState is what the layers of one request tell each other.
+type reqState struct {
+	id         string
+	clientGone bool // the client cut its body off or went away
+}
+
+type stateKey struct{}
+
+func stateOf(r *http.Request) *reqState {
+	st, _ := r.Context().Value(stateKey{}).(*reqState)
+	return st
+}
+
+// requestID returns the id of a request: the caller's X-Request-Id when it
+// is a sane token (so that ids follow a request across services), else a
+// fresh random one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 64 && strings.IndexFunc(id, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':')
+	}) < 0 {
+		return id
+	}
+	var b [8]byte
+	v := rand.Uint64()
+	for i := range b {
+		b[i] = byte(v >> (8 * i))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// withRequestState gives every request an id, sent back as X-Request-Id on
+// every answer and written in every log line about the request.
+func withRequestState(next http.Handler, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := &reqState{id: requestID(r)}
+		w.Header().Set("X-Request-Id", st.id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	})
+}
+
+// limiter caps the requests being worked on at max, and the request bodies
+// being received at 4 × max: past either a request answers 503 with
+// Retry-After at once, instead of queueing (each held request is a
+// goroutine, a body buffer, perhaps a MySQL connection). A body is received
+// before a work slot is taken, so clients that send their bodies slowly
+// (until http.read_timeout cuts them off) hold reader slots, not the slots
+// of the requests that are ready to be served.
+type limiter struct {
+	work    chan struct{}
+	readers chan struct{}
+}
+
+func newLimiter(max int) *limiter {
+	if max <= 0 {
+		return nil
+	}
+	return &limiter{work: make(chan struct{}, max), readers: make(chan struct{}, 4*max)}
+}
+
+func tooBusy(w http.ResponseWriter, r *http.Request) {
+	// Close the connection: its unread body is not worth waiting for.
+	w.Header().Set("Connection", "close")
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, ErrorDetail{"unavailable",
+		"too many requests in progress; retry in a moment" + idNote(r)})
+}
+
+// preread is a request body already received: its bytes, then the error
+// that ended the read (nil: EOF).
+type preread struct {
+	data []byte
+	err  error
+}
+
+func (p *preread) Read(b []byte) (int, error) {
+	if len(p.data) == 0 {
+		if p.err != nil {
+			return 0, p.err
+		}
+		return 0, io.EOF
+	}
+	n := copy(b, p.data)
+	p.data = p.data[n:]
+	return n, nil
+}
+
+func (p *preread) Close() error { return nil }
+
+// serve runs h within the limits: it receives the body (at most maxBody
+// bytes) under a reader slot, then runs h under a work slot.
+func (l *limiter) serve(w http.ResponseWriter, r *http.Request, maxBody int64, h http.HandlerFunc) {
+	if l == nil {
+		h(w, r)
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		select {
+		case l.readers <- struct{}{}:
+		default:
+			tooBusy(w, r)
+			return
+		}
+		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		<-l.readers
+		r.Body = &preread{data: data, err: err}
+	}
+	select {
+	case l.work <- struct{}{}:
+		defer func() { <-l.work }()
+		h(w, r)
+	default:
+		tooBusy(w, r)
+	}
+}
+
+func idNote(r *http.Request) string {
+	if st := stateOf(r); st != nil {
+		return " (request id " + st.id + ")"
+	}
+	return ""
+}
+
+// misses answers the mux's own 404 and 405 (with its Allow header) in the
+// API's JSON error form.
+func misses(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(&missWriter{ResponseWriter: w, r: r}, r)
+	})
+}
+
+type missWriter struct {
+	http.ResponseWriter
+	r       *http.Request
+	replied bool
+}
+
+func (m *missWriter) WriteHeader(code int) {
+	// r.Pattern is empty when no route matched (set by the mux before it
+	// calls the handler).
+	if m.r.Pattern != "" || (code != http.StatusNotFound && code != http.StatusMethodNotAllowed) {
+		m.ResponseWriter.WriteHeader(code)
+		return
+	}
+	m.replied = true
+	m.Header().Del("X-Content-Type-Options")
+	if code == http.StatusNotFound {
+		writeError(m.ResponseWriter, code, ErrorDetail{"not_found", "no route " + m.r.Method + " " + m.r.URL.Path})
+		return
+	}
+	writeError(m.ResponseWriter, code, ErrorDetail{"method_not_allowed",
+		"method " + m.r.Method + " is not allowed on " + m.r.URL.Path + "; allowed: " + m.Header().Get("Allow")})
+}
+
+func (m *missWriter) Write(b []byte) (int, error) {
+	if m.replied {
+		return len(b), nil // the mux's plain-text body, replaced
+	}
+	return m.ResponseWriter.Write(b)
+}
+
+func (m *missWriter) Unwrap() http.ResponseWriter { return m.ResponseWriter }
+
+// clientError is a request body that could not be read: cut off by the
+// client, or too slow for http.read_timeout.
+type clientError struct{ err error }
+
+func (e *clientError) Error() string { return "read request body: " + e.err.Error() }
+func (e *clientError) Unwrap() error { return e.err }
+
+// clientGone reports whether err is the client's doing: its body was cut
+// off or too slow, or it went away before its answer.
+func clientGone(r *http.Request, err error) bool {
+	var ce *clientError
+	if errors.As(err, &ce) {
+		return true
+	}
+	return r.Context().Err() != nil && errors.Is(err, context.Canceled)
+}
+
+func retryAfter(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	return strconv.FormatInt(s, 10)
+}

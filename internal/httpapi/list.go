@@ -1,0 +1,113 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/auth"
+)
+
+// DefaultListLimit is the page size when limit is not given.
+const DefaultListLimit = 100
+
+// clockSansPayload is a clock of a list asked with payload=false.
+type clockSansPayload struct {
+	Clock
+	Payload *string `json:"payload,omitempty"` // always nil: hides Clock.Payload
+}
+
+// list answers a page of clocks. The answer is built from the rows one at a
+// time and bounded by maxList bytes: a page that would be larger ends early
+// and its "next" cursor continues after the last clock it holds. So a page
+// of 1000 clocks of 64 KiB costs clockd at most maxList bytes (plus one
+// clock), however slowly the client reads it. payload=false leaves the
+// payloads out (and MySQL does not read them).
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	qs := r.URL.Query()
+	for name := range qs {
+		switch name {
+		case "application", "status", "limit", "after", "payload":
+		default:
+			a.fail(w, r, badField(name, "is not a known query parameter (application, status, limit, after, payload)"))
+			return
+		}
+	}
+	q := alarm.ListQuery{Application: qs.Get("application"), Status: alarm.Status(qs.Get("status")), Limit: DefaultListLimit}
+	if s := qs.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			a.fail(w, r, badField("limit", "%q is not a whole number", s))
+			return
+		}
+		q.Limit = n
+	}
+	if s := qs.Get("after"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			a.fail(w, r, badField("after", "%q is not a cursor from a previous page", s))
+			return
+		}
+		q.BeforeID = n
+	}
+	withPayload := true
+	if s := qs.Get("payload"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			a.fail(w, r, badField("payload", "%q is not true or false", s))
+			return
+		}
+		withPayload = b
+	}
+	// Without application, a token of an application lists its own.
+	p := principal(r)
+	if q.Application == "" && !p.Admin {
+		q.Application = p.Application
+	}
+	if err := p.Allow(q.Application, auth.ScopeRead); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var buf bytes.Buffer
+	buf.WriteString(`{"clocks":[`)
+	n := 0
+	var encErr error
+	next, err := a.svc.ListEach(r.Context(), q, withPayload, func(c alarm.Clock) bool {
+		var item []byte
+		if withPayload {
+			item, encErr = json.Marshal(ClockJSON(c))
+		} else {
+			item, encErr = json.Marshal(clockSansPayload{Clock: ClockJSON(c)})
+		}
+		if encErr != nil {
+			return false
+		}
+		if n > 0 && buf.Len()+len(item)+64 > a.maxList {
+			return false // full: the rest is on the next page
+		}
+		if n > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(item)
+		n++
+		return true
+	})
+	if err == nil {
+		err = encErr
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	buf.WriteString(`],"next":"`)
+	if next > 0 {
+		buf.WriteString(strconv.FormatInt(next, 10))
+	}
+	buf.WriteString("\"}\n")
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+}
