@@ -18,7 +18,7 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, sub strin
 	defer db.Close()
 	switch sub {
 	case "up":
-		if err := mysql.Migrate(ctx, db, log); err != nil {
+		if err := mysql.MigrateDSN(ctx, cfg.MySQL.DSN, log); err != nil {
 			return err
 		}
 		n, err := mysql.SetupShards(ctx, db, cfg.Clock.Shards)

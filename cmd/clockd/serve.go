@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +16,7 @@ import (
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/config"
 	"github.com/clockd/clockd/internal/httpapi"
+	"github.com/clockd/clockd/internal/janitor"
 	"github.com/clockd/clockd/internal/mysql"
 	"github.com/clockd/clockd/internal/preload"
 	"github.com/clockd/clockd/internal/rabbit"
@@ -57,7 +57,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer db.Close()
 	if cfg.MySQL.MigrateOnStart {
-		if err := mysql.Migrate(ctx, db, log); err != nil {
+		if err := mysql.MigrateDSN(ctx, cfg.MySQL.DSN, log); err != nil {
 			return err
 		}
 	}
@@ -71,10 +71,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	store := mysql.NewStore(db, mysql.StoreConfig{
 		Shards: shards, Writers: cfg.MySQL.Writers, MaxBatchRows: cfg.MySQL.BatchRows,
 		WriteTimeout: cfg.MySQL.RequestTimeout, ResolveTimeout: cfg.MySQL.ResolveTimeout,
+		IdempotencyWindow: idempotencyWindow(cfg.Clock.IdempotencyWindow), NoHistory: cfg.History.Keep == 0,
 		Logger: log, Registerer: reg,
 	})
 	defer store.Close()
-	registerStatusGauge(reg, store, log)
+	jan := janitor.New(janitor.Config{
+		InstanceID: cfg.Cluster.InstanceID, Retention: cfg.Janitor.Retention, RetentionFailed: cfg.Janitor.RetentionFailed,
+		HistoryKeep: cfg.History.Keep, NoHistory: cfg.History.Keep == 0, PartitionsAhead: cfg.History.PartitionsAhead,
+		Interval: cfg.Janitor.Interval, Batch: cfg.Janitor.Batch, Pause: cfg.Janitor.Pause, LeaseTTL: cfg.Cluster.LeaseTTL,
+		Logger: log, Registerer: reg,
+	}, store)
 
 	pub, err := rabbit.New(rabbit.Config{
 		URL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, ConfirmTimeout: cfg.AMQP.ConfirmTimeout,
@@ -82,6 +88,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	})
 	if err != nil {
 		return fmt.Errorf("amqp: %w", err)
+	}
+	srv, err := newServer(cfg, nil, log) // the handler is set below
+	if err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
@@ -114,9 +124,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}, queue, store, publisher{pub}, feeder)
 
 	svc := alarm.NewService(store, feeder, time.Now, alarm.Limits{MaxPayloadBytes: cfg.Clock.MaxPayloadBytes}, cfg.MySQL.RequestTimeout)
+	authn, quotas := newAuth(cfg, db, log)
 	handler := httpapi.New(httpapi.Options{
 		Service: svc, Logger: log, Registerer: reg, Gatherer: reg,
 		MaxBodyBytes: int64(cfg.HTTP.MaxBodyBytes),
+		Auth:         authn, Quotas: quotas,
+		MaxListBytes: cfg.HTTP.MaxListBytes, MaxConcurrent: cfg.HTTP.MaxConcurrentRequests,
+		DBTimeout: cfg.MySQL.RequestTimeout,
 		Ready: []httpapi.Check{
 			{Name: "mysql", Check: store.Ping},
 			{Name: "rabbitmq", Check: func(context.Context) error { return pub.Ready() }},
@@ -136,11 +150,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	hintsC := start(log, "hints", hints.Run)
 	feederC := start(log, "preloader", feeder.Run)
 	loopC := start(log, "ring", loop.Run)
+	janitorC := start(log, "janitor", jan.Run)
 
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv.Handler = handler
+	https := srv.TLSConfig != nil
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("clockd serving", "addr", ln.Addr().String(), "instance", cfg.Cluster.InstanceID, "shards", shards)
+	go func() { errc <- serveOn(srv, ln) }()
+	log.Info("clockd serving", "addr", ln.Addr().String(), "https", https, "auth", cfg.AuthMode(),
+		"instance", cfg.Cluster.InstanceID, "shards", shards)
 
 	var serveErr error
 	select {
@@ -157,6 +174,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("http shutdown", "err", err)
 	}
+	janitorC.stop() // hands the janitor lease over at once
 	loopC.stop()
 	feederC.stop()
 	hintsC.stop()
@@ -187,42 +205,13 @@ func (p publisher) Publish(ctx context.Context, rings []ring.Ring) []ring.Result
 	return out
 }
 
-// registerStatusGauge exports clocks per status, counted at most every
-// 30 s in the background so that a scrape never scans the table.
-func registerStatusGauge(reg prometheus.Registerer, store *mysql.Store, log *slog.Logger) {
-	var mu sync.Mutex
-	var counts map[alarm.Status]int64
-	var last time.Time
-	refreshing := false
-	refresh := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		c, err := store.StatusCounts(ctx)
-		mu.Lock()
-		defer mu.Unlock()
-		refreshing = false
-		if err != nil {
-			log.Debug("status counts", "err", err)
-			return
-		}
-		counts, last = c, time.Now()
+// idempotencyWindow maps clock.idempotency_window to the store's: 0 there
+// means none, which the store spells negative.
+func idempotencyWindow(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
 	}
-	refreshing = true
-	go refresh() // so that the first scrape has figures
-	for _, st := range []alarm.Status{alarm.StatusPending, alarm.StatusFiring, alarm.StatusRung, alarm.StatusCancelled, alarm.StatusExpired, alarm.StatusDead} {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "clockd_clocks", Help: "Clocks in the table per status (refreshed at most every 30 s).",
-			ConstLabels: prometheus.Labels{"status": string(st)},
-		}, func() float64 {
-			mu.Lock()
-			defer mu.Unlock()
-			if time.Since(last) > 30*time.Second && !refreshing {
-				refreshing = true
-				go refresh()
-			}
-			return float64(counts[st])
-		}))
-	}
+	return d
 }
 
 // clusterView is GET /v1/cluster: who holds which shard, until when.

@@ -51,6 +51,20 @@ type Clock struct {
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 	RungAt       time.Time
+	// Archived: the clock finished and was moved out of the clock table
+	// into the history (read-only; FinishedAt is when it finished).
+	Archived   bool
+	FinishedAt time.Time
+}
+
+// Finished reports whether s is a final status: rung, cancelled, expired
+// or dead. A create for the key of a finished clock sets a new clock.
+func (s Status) Finished() bool {
+	switch s {
+	case StatusRung, StatusCancelled, StatusExpired, StatusDead:
+		return true
+	}
+	return false
 }
 
 // Key identifies a clock.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -26,6 +27,9 @@ type Config struct {
 	Ring    Ring    `yaml:"ring"`
 	Cluster Cluster `yaml:"cluster"`
 	Log     Log     `yaml:"log"`
+	Janitor Janitor `yaml:"janitor"`
+	History History `yaml:"history"`
+	Auth    Auth    `yaml:"auth"`
 }
 
 // HTTP is the REST server.
@@ -34,6 +38,17 @@ type HTTP struct {
 	MaxBodyBytes    int           `yaml:"max_body_bytes"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	PprofAddr       string        `yaml:"pprof_addr"`
+	// The edge: deadlines and sizes that bound what one client can hold.
+	ReadTimeout           time.Duration `yaml:"read_timeout"`
+	ReadHeaderTimeout     time.Duration `yaml:"read_header_timeout"`
+	WriteTimeout          time.Duration `yaml:"write_timeout"`
+	IdleTimeout           time.Duration `yaml:"idle_timeout"`
+	MaxHeaderBytes        int           `yaml:"max_header_bytes"`
+	MaxConcurrentRequests int           `yaml:"max_concurrent_requests"`
+	MaxListBytes          int           `yaml:"max_list_bytes"`
+	// HTTPS when both are set.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
 }
 
 // MySQL is the clock store.
@@ -61,6 +76,29 @@ type AMQP struct {
 type Clock struct {
 	MaxPayloadBytes int `yaml:"max_payload_bytes"`
 	Shards          int `yaml:"shards"`
+	// IdempotencyWindow: an identical create for a key whose clock is
+	// finished answers 200 with it when that clock was created less than
+	// this long ago; after it, the create sets a new clock. 0: never.
+	IdempotencyWindow time.Duration `yaml:"idempotency_window"`
+}
+
+// Janitor moves finished clocks out of the clock table.
+type Janitor struct {
+	// Retention: how long rung and cancelled clocks stay in clock.
+	Retention time.Duration `yaml:"retention"`
+	// RetentionFailed: how long expired and dead clocks stay in clock.
+	RetentionFailed time.Duration `yaml:"retention_failed"`
+	Interval        time.Duration `yaml:"interval"`
+	Batch           int           `yaml:"batch"`
+	Pause           time.Duration `yaml:"pause"`
+}
+
+// History is clock_history.
+type History struct {
+	// Keep: how long finished clocks stay in clock_history; 0: no
+	// history, finished clocks are deleted.
+	Keep            time.Duration `yaml:"keep"`
+	PartitionsAhead int           `yaml:"partitions_ahead"`
 }
 
 // Preload is the preloader.
@@ -88,6 +126,20 @@ type Cluster struct {
 	LeaseTTL   time.Duration `yaml:"lease_ttl"`
 }
 
+// Auth is who may call the API.
+type Auth struct {
+	// Mode is off or tokens; empty: off while http.addr is loopback,
+	// tokens otherwise (Load resolves it).
+	Mode string `yaml:"mode"`
+	// AllowOffOnPublic confirms mode off on an address that is not
+	// loopback (something in front of clockd authenticates).
+	AllowOffOnPublic bool `yaml:"allow_off_on_public"`
+	// AdminToken is a bootstrap token of the admin kind, accepted while set.
+	AdminToken string `yaml:"admin_token"`
+	// CacheTTL is how long a token or quota lookup is trusted.
+	CacheTTL time.Duration `yaml:"cache_ttl"`
+}
+
 // Log is logging.
 type Log struct {
 	Level  string `yaml:"level"`
@@ -97,16 +149,21 @@ type Log struct {
 // Default returns the configuration with every default.
 func Default() Config {
 	return Config{
-		HTTP: HTTP{Addr: "127.0.0.1:8080", MaxBodyBytes: 8 << 20, ShutdownTimeout: 15 * time.Second},
+		HTTP: HTTP{Addr: "127.0.0.1:8080", MaxBodyBytes: 8 << 20, ShutdownTimeout: 15 * time.Second,
+			ReadTimeout: 30 * time.Second, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 60 * time.Second,
+			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, MaxConcurrentRequests: 256, MaxListBytes: 1 << 20},
 		MySQL: MySQL{DSN: "root:@tcp(127.0.0.1:3306)/clock", MaxOpenConns: 32, MigrateOnStart: true, Writers: 4, BatchRows: 500,
 			RequestTimeout: 5 * time.Second, ResolveTimeout: 30 * time.Second},
 		AMQP:    AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Exchange: "clock.ring", ConfirmTimeout: 5 * time.Second},
-		Clock:   Clock{MaxPayloadBytes: 64 << 10, Shards: 32},
+		Clock:   Clock{MaxPayloadBytes: 64 << 10, Shards: 32, IdempotencyWindow: 10 * time.Minute},
+		Janitor: Janitor{Retention: 24 * time.Hour, RetentionFailed: 168 * time.Hour, Interval: 30 * time.Second, Batch: 1000, Pause: 10 * time.Millisecond},
+		History: History{Keep: 720 * time.Hour, PartitionsAhead: 3},
 		Preload: Preload{Window: 10 * time.Second, Interval: time.Second, Rescan: 30 * time.Second, Batch: 2000, HeapCap: 200000},
 		Ring: Ring{ClaimAhead: 100 * time.Millisecond, ClaimBatch: 500, MaxInFlight: 20000,
 			RetryMin: time.Second, RetryMax: 5 * time.Minute, FiringTimeout: 2 * time.Minute},
 		Cluster: Cluster{LeaseTTL: 10 * time.Second},
 		Log:     Log{Level: "info", Format: "json"},
+		Auth:    Auth{CacheTTL: 5 * time.Second},
 	}
 }
 
@@ -135,6 +192,14 @@ func (c *Config) env() []envVar {
 		{"CLOCKD_AMQP_CONFIRM_TIMEOUT", "amqp.confirm_timeout", &c.AMQP.ConfirmTimeout},
 		{"CLOCKD_MAX_PAYLOAD_BYTES", "clock.max_payload_bytes", &c.Clock.MaxPayloadBytes},
 		{"CLOCKD_SHARDS", "clock.shards", &c.Clock.Shards},
+		{"CLOCKD_IDEMPOTENCY_WINDOW", "clock.idempotency_window", &c.Clock.IdempotencyWindow},
+		{"CLOCKD_RETENTION", "janitor.retention", &c.Janitor.Retention},
+		{"CLOCKD_RETENTION_FAILED", "janitor.retention_failed", &c.Janitor.RetentionFailed},
+		{"CLOCKD_JANITOR_INTERVAL", "janitor.interval", &c.Janitor.Interval},
+		{"CLOCKD_JANITOR_BATCH", "janitor.batch", &c.Janitor.Batch},
+		{"CLOCKD_JANITOR_PAUSE", "janitor.pause", &c.Janitor.Pause},
+		{"CLOCKD_HISTORY_KEEP", "history.keep", &c.History.Keep},
+		{"CLOCKD_HISTORY_PARTITIONS_AHEAD", "history.partitions_ahead", &c.History.PartitionsAhead},
 		{"CLOCKD_PRELOAD_WINDOW", "preload.window", &c.Preload.Window},
 		{"CLOCKD_PRELOAD_INTERVAL", "preload.interval", &c.Preload.Interval},
 		{"CLOCKD_PRELOAD_RESCAN", "preload.rescan", &c.Preload.Rescan},
@@ -150,6 +215,19 @@ func (c *Config) env() []envVar {
 		{"CLOCKD_LEASE_TTL", "cluster.lease_ttl", &c.Cluster.LeaseTTL},
 		{"CLOCKD_LOG_LEVEL", "log.level", &c.Log.Level},
 		{"CLOCKD_LOG_FORMAT", "log.format", &c.Log.Format},
+		{"CLOCKD_HTTP_READ_TIMEOUT", "http.read_timeout", &c.HTTP.ReadTimeout},
+		{"CLOCKD_HTTP_READ_HEADER_TIMEOUT", "http.read_header_timeout", &c.HTTP.ReadHeaderTimeout},
+		{"CLOCKD_HTTP_WRITE_TIMEOUT", "http.write_timeout", &c.HTTP.WriteTimeout},
+		{"CLOCKD_HTTP_IDLE_TIMEOUT", "http.idle_timeout", &c.HTTP.IdleTimeout},
+		{"CLOCKD_HTTP_MAX_HEADER_BYTES", "http.max_header_bytes", &c.HTTP.MaxHeaderBytes},
+		{"CLOCKD_HTTP_MAX_CONCURRENT_REQUESTS", "http.max_concurrent_requests", &c.HTTP.MaxConcurrentRequests},
+		{"CLOCKD_HTTP_MAX_LIST_BYTES", "http.max_list_bytes", &c.HTTP.MaxListBytes},
+		{"CLOCKD_HTTP_TLS_CERT_FILE", "http.tls_cert_file", &c.HTTP.TLSCertFile},
+		{"CLOCKD_HTTP_TLS_KEY_FILE", "http.tls_key_file", &c.HTTP.TLSKeyFile},
+		{"CLOCKD_AUTH_MODE", "auth.mode", &c.Auth.Mode},
+		{"CLOCKD_AUTH_ALLOW_OFF_ON_PUBLIC", "auth.allow_off_on_public", &c.Auth.AllowOffOnPublic},
+		{"CLOCKD_ADMIN_TOKEN", "auth.admin_token", &c.Auth.AdminToken},
+		{"CLOCKD_AUTH_CACHE_TTL", "auth.cache_ttl", &c.Auth.CacheTTL},
 	}
 }
 
@@ -198,6 +276,33 @@ func Load(path string, getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// AuthMode is the auth mode in force: auth.mode when set, else off while
+// http.addr is loopback and tokens otherwise.
+func (c Config) AuthMode() string {
+	if c.Auth.Mode != "" {
+		return strings.ToLower(c.Auth.Mode)
+	}
+	if IsLoopback(c.HTTP.Addr) {
+		return "off"
+	}
+	return "tokens"
+}
+
+// IsLoopback reports whether a listen address (host:port) accepts only
+// connections from this machine: 127.0.0.0/8, ::1 or localhost. An empty
+// host (":8080") or 0.0.0.0 listens on every interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // nameKeys adds the key to each of yaml.v3's "line N: cannot unmarshal ..."
@@ -323,6 +428,35 @@ func (c Config) Validate() error {
 	if c.Clock.Shards < 1 || c.Clock.Shards > 4096 {
 		bad("clock.shards", "must be between 1 and 4096, got %d", c.Clock.Shards)
 	}
+	if c.Clock.IdempotencyWindow < 0 || c.Clock.IdempotencyWindow > 24*time.Hour {
+		bad("clock.idempotency_window", "must be between 0 and 24h, got %s", c.Clock.IdempotencyWindow)
+	}
+	for _, r := range []struct {
+		key string
+		d   time.Duration
+	}{{"janitor.retention", c.Janitor.Retention}, {"janitor.retention_failed", c.Janitor.RetentionFailed}} {
+		switch {
+		case r.d < time.Second || r.d > 8760*time.Hour:
+			bad(r.key, "must be between 1s and 8760h, got %s", r.d)
+		case r.d < c.Clock.IdempotencyWindow:
+			bad(r.key, "must be at least clock.idempotency_window (%s), got %s: a retried create must find its finished clock", c.Clock.IdempotencyWindow, r.d)
+		}
+	}
+	if c.Janitor.Interval < time.Second || c.Janitor.Interval > time.Minute {
+		bad("janitor.interval", "must be between 1s and 1m, got %s", c.Janitor.Interval)
+	}
+	if c.Janitor.Batch < 1 || c.Janitor.Batch > 10000 {
+		bad("janitor.batch", "must be between 1 and 10000, got %d", c.Janitor.Batch)
+	}
+	if c.Janitor.Pause < 0 || c.Janitor.Pause > 10*time.Second {
+		bad("janitor.pause", "must be between 0 and 10s, got %s", c.Janitor.Pause)
+	}
+	if c.History.Keep != 0 && (c.History.Keep < 24*time.Hour || c.History.Keep > 87600*time.Hour) {
+		bad("history.keep", "must be 0 (no history) or between 24h and 87600h (partitions are days), got %s", c.History.Keep)
+	}
+	if c.History.PartitionsAhead < 1 || c.History.PartitionsAhead > 90 {
+		bad("history.partitions_ahead", "must be between 1 and 90, got %d", c.History.PartitionsAhead)
+	}
 	if c.Preload.Window < 100*time.Millisecond {
 		bad("preload.window", "must be at least 100ms, got %s", c.Preload.Window)
 	}
@@ -361,6 +495,51 @@ func (c Config) Validate() error {
 	}
 	if c.Cluster.LeaseTTL < time.Second {
 		bad("cluster.lease_ttl", "must be at least 1s, got %s", c.Cluster.LeaseTTL)
+	}
+	if c.HTTP.ReadTimeout < 100*time.Millisecond {
+		bad("http.read_timeout", "must be at least 100ms, got %s", c.HTTP.ReadTimeout)
+	}
+	if c.HTTP.ReadHeaderTimeout < 100*time.Millisecond {
+		bad("http.read_header_timeout", "must be at least 100ms, got %s", c.HTTP.ReadHeaderTimeout)
+	}
+	if c.HTTP.WriteTimeout < c.MySQL.RequestTimeout+time.Second {
+		bad("http.write_timeout", "must exceed mysql.request_timeout (%s) by a second or more, got %s", c.MySQL.RequestTimeout, c.HTTP.WriteTimeout)
+	}
+	if c.HTTP.IdleTimeout < time.Second {
+		bad("http.idle_timeout", "must be at least 1s, got %s", c.HTTP.IdleTimeout)
+	}
+	if c.HTTP.MaxHeaderBytes < 4096 || c.HTTP.MaxHeaderBytes > 16<<20 {
+		bad("http.max_header_bytes", "must be between 4096 and 16 MiB, got %d", c.HTTP.MaxHeaderBytes)
+	}
+	if c.HTTP.MaxConcurrentRequests < 1 {
+		bad("http.max_concurrent_requests", "must be at least 1, got %d", c.HTTP.MaxConcurrentRequests)
+	}
+	if c.HTTP.MaxListBytes < 64<<10 {
+		bad("http.max_list_bytes", "must be at least 65536, got %d", c.HTTP.MaxListBytes)
+	}
+	if (c.HTTP.TLSCertFile == "") != (c.HTTP.TLSKeyFile == "") {
+		if c.HTTP.TLSCertFile == "" {
+			bad("http.tls_cert_file", "is required with http.tls_key_file")
+		} else {
+			bad("http.tls_key_file", "is required with http.tls_cert_file")
+		}
+	}
+	switch strings.ToLower(c.Auth.Mode) {
+	case "", "tokens":
+	case "off":
+		if !IsLoopback(c.HTTP.Addr) && !c.Auth.AllowOffOnPublic {
+			bad("auth.mode", "off on http.addr %s, which is not loopback, lets anyone reach every application's clocks: "+
+				"use auth.mode tokens (CLOCKD_AUTH_MODE=tokens), or confirm with auth.allow_off_on_public: true "+
+				"(CLOCKD_AUTH_ALLOW_OFF_ON_PUBLIC=true) when something in front of clockd authenticates", c.HTTP.Addr)
+		}
+	default:
+		bad("auth.mode", "must be off or tokens, got %q", c.Auth.Mode)
+	}
+	if c.Auth.AdminToken != "" && len(c.Auth.AdminToken) < 16 {
+		bad("auth.admin_token", "must be at least 16 characters (use a random secret)")
+	}
+	if c.Auth.CacheTTL < 100*time.Millisecond || c.Auth.CacheTTL > 10*time.Minute {
+		bad("auth.cache_ttl", "must be between 100ms and 10m, got %s", c.Auth.CacheTTL)
 	}
 	switch strings.ToLower(c.Log.Level) {
 	case "debug", "info", "warn", "error":

@@ -59,6 +59,9 @@ func TestDefaults(t *testing.T) {
 		{"preload.window", c.Preload.Window.String(), "10s"},
 		{"clock.max_payload_bytes", strconv.Itoa(c.Clock.MaxPayloadBytes), "65536"},
 		{"cluster.instance_id", c.Cluster.InstanceID, hostPID(t)},
+		{"janitor.retention", c.Janitor.Retention.String(), "24h0m0s"},
+		{"janitor.retention_failed", c.Janitor.RetentionFailed.String(), "168h0m0s"},
+		{"history.keep", c.History.Keep.String(), "720h0m0s"},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("%s = %q, want %q", tt.key, tt.got, tt.want)
@@ -157,6 +160,11 @@ func TestSPECEnvVars(t *testing.T) {
 		{"CLOCKD_EXCHANGE", "amqp.exchange", "other.ring", func(c config.Config) string { return c.AMQP.Exchange }},
 		{"CLOCKD_PRELOAD_WINDOW", "preload.window", "1m30s", func(c config.Config) string { return c.Preload.Window.String() }},
 		{"CLOCKD_INSTANCE_ID", "cluster.instance_id", "clockd-a", func(c config.Config) string { return c.Cluster.InstanceID }},
+		{"CLOCKD_RETENTION", "janitor.retention", "1h0m0s", func(c config.Config) string { return c.Janitor.Retention.String() }},
+		{"CLOCKD_RETENTION_FAILED", "janitor.retention_failed", "48h0m0s", func(c config.Config) string { return c.Janitor.RetentionFailed.String() }},
+		{"CLOCKD_HISTORY_KEEP", "history.keep", "0s", func(c config.Config) string { return c.History.Keep.String() }},
+		{"CLOCKD_IDEMPOTENCY_WINDOW", "clock.idempotency_window", "1m0s", func(c config.Config) string { return c.Clock.IdempotencyWindow.String() }},
+		{"CLOCKD_JANITOR_PAUSE", "janitor.pause", "0s", func(c config.Config) string { return c.Janitor.Pause.String() }},
 	}
 	names := config.EnvNames()
 	for _, tt := range tests {
@@ -205,6 +213,15 @@ func TestBadValues(t *testing.T) {
 		{"env window too short", "", map[string]string{"CLOCKD_PRELOAD_WINDOW": "10ms"}, []string{"preload.window"}},
 		{"env negative window", "", map[string]string{"CLOCKD_PRELOAD_WINDOW": "-1s"}, []string{"preload.window"}},
 		{"env instance id too long", "", map[string]string{"CLOCKD_INSTANCE_ID": strings.Repeat("i", 129)}, []string{"cluster.instance_id"}},
+		{"env retention under the idempotency window", "", map[string]string{"CLOCKD_RETENTION": "5m"}, []string{"janitor.retention", "clock.idempotency_window"}},
+		{"env retention failed zero", "", map[string]string{"CLOCKD_RETENTION_FAILED": "0s"}, []string{"janitor.retention_failed"}},
+		{"env history keep under a day", "", map[string]string{"CLOCKD_HISTORY_KEEP": "2h"}, []string{"history.keep"}},
+		{"env history keep bad", "", map[string]string{"CLOCKD_HISTORY_KEEP": "a month"}, []string{"CLOCKD_HISTORY_KEEP", "history.keep"}},
+		{"env janitor interval over a minute", "", map[string]string{"CLOCKD_JANITOR_INTERVAL": "2m"}, []string{"janitor.interval"}},
+		{"env janitor batch zero", "", map[string]string{"CLOCKD_JANITOR_BATCH": "0"}, []string{"janitor.batch"}},
+		{"env janitor pause negative", "", map[string]string{"CLOCKD_JANITOR_PAUSE": "-1ms"}, []string{"janitor.pause"}},
+		{"env idempotency window negative", "", map[string]string{"CLOCKD_IDEMPOTENCY_WINDOW": "-1s"}, []string{"clock.idempotency_window"}},
+		{"yaml partitions ahead zero", "history:\n  partitions_ahead: 0\n", nil, []string{"history.partitions_ahead"}},
 		{"yaml bad duration", "preload:\n  window: ten\n", nil, []string{"preload.window"}},
 		{"yaml duration without unit", "preload:\n  window: 10\n", nil, []string{"preload.window"}},
 		{"yaml bad int", "clock:\n  shards: many\n", nil, []string{"clock.shards"}},

@@ -26,6 +26,10 @@ type Clock struct {
 	CreatedAt    string  `json:"created_at"`
 	UpdatedAt    string  `json:"updated_at"`
 	RungAt       *string `json:"rung_at"`
+	// Archived is set (true) only on a clock read from the history: it
+	// finished and left the clock table after its retention, or when its
+	// key was re-armed. Absent otherwise.
+	Archived bool `json:"archived,omitempty"`
 }
 
 func fmtTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
@@ -53,6 +57,7 @@ func ClockJSON(c alarm.Clock) Clock {
 		MaxAttempts: c.MaxAttempts, Status: string(c.Status), Attempts: c.Attempts,
 		NextTryAt: fmtTime(c.NextTryAt), LastError: optString(c.LastError),
 		CreatedAt: fmtTime(c.CreatedAt), UpdatedAt: fmtTime(c.UpdatedAt), RungAt: optTime(c.RungAt),
+		Archived: c.Archived,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -360,8 +361,16 @@ func distinctKeys(batch []item) []alarm.Key {
 }
 
 // insertChecked handles batches with existing keys: in one transaction it
-// locks the existing rows, answers them (identical -> 200, different ->
-// 409), and inserts the rest.
+// locks the existing rows, answers them, and inserts the rest. The rule for
+// a key that exists (decide):
+//   - a live clock (pending, firing): identical -> 200 with it, different
+//     -> 409 saying what to do;
+//   - a finished clock (rung, cancelled, expired, dead): an identical
+//     create within the idempotency window of the finished clock's creation
+//     is a retry of the create that made it -> 200 with it, no second ring;
+//     anything else re-arms the key: the finished clock moves to history in
+//     this transaction (the key is unique in clock) and a new clock, with a
+//     new id, is inserted -> 201.
 func (s *Store) insertChecked(ctx context.Context, batch []item, token int64) (_ []alarm.CreateResult, err error) {
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
@@ -381,19 +390,27 @@ func (s *Store) insertChecked(ctx context.Context, batch []item, token int64) (_
 	firstNew := make(map[alarm.Key]int)
 	var inserts []item
 	var insertPos, laters []int
+	var rearmed []int64 // finished clocks whose key gets a new clock
 	for j, it := range batch {
 		k := it.key()
-		if ex, ok := existing[k]; ok {
-			out[j] = answerExisting(*it.clock(), ex.clock())
-			continue
-		}
 		if _, ok := firstNew[k]; ok {
 			laters = append(laters, j)
 			continue
 		}
+		if ex, ok := existing[k]; ok {
+			res, rearm := s.decide(*it.clock(), ex.clock(), it.req.now)
+			if !rearm {
+				out[j] = res
+				continue
+			}
+			rearmed = append(rearmed, ex.ID)
+		}
 		firstNew[k] = j
 		inserts = append(inserts, it)
 		insertPos = append(insertPos, j)
+	}
+	if _, err := archive(ctx, tx, rearmed, !s.cfg.NoHistory); err != nil {
+		return nil, fmt.Errorf("re-arm: %w", err)
 	}
 	if len(inserts) > 0 {
 		q, iargs := s.insertSQL(inserts, token)
@@ -424,6 +441,18 @@ func (s *Store) insertChecked(ctx context.Context, batch []item, token int64) (_
 		return nil, err
 	}
 	return out, nil
+}
+
+// decide answers a create for a key whose clock ex exists, or says the key
+// is to be re-armed (see insertChecked).
+func (s *Store) decide(n alarm.NewClock, ex alarm.Clock, now time.Time) (alarm.CreateResult, bool) {
+	if !ex.Status.Finished() {
+		return answerExisting(n, ex), false
+	}
+	if n.Same(ex) && now.Sub(ex.CreatedAt) < s.cfg.IdempotencyWindow {
+		return alarm.CreateResult{Clock: ex}, false
+	}
+	return alarm.CreateResult{}, true
 }
 
 // resolveCreate finds out whether a batch whose COMMIT answer was lost was
@@ -462,17 +491,34 @@ func (s *Store) resolveCreate(ctx context.Context, batch []item, token int64) ([
 			first[k] = true
 			out[j] = alarm.CreateResult{Clock: r.clock(), Created: true}
 		default:
-			out[j] = answerExisting(*it.clock(), r.clock())
+			res, rearm := s.decide(*it.clock(), r.clock(), it.req.now)
+			if rearm { // the batch would have re-armed it: changed since
+				res = alarm.CreateResult{Err: fmt.Errorf("%w: clock %s changed while its create was committed; retry", alarm.ErrUnavailable, k)}
+			}
+			out[j] = res
 		}
 	}
 	return out, true, nil
 }
 
+// answerExisting answers a create for a key whose clock ex is live (or was
+// just created by the same batch): 200 when identical, else 409 saying what
+// to do instead.
 func answerExisting(n alarm.NewClock, ex alarm.Clock) alarm.CreateResult {
 	if n.Same(ex) {
 		return alarm.CreateResult{Clock: ex}
 	}
-	return alarm.CreateResult{Clock: ex, Err: &alarm.ConflictError{Clock: ex,
-		Message: fmt.Sprintf("clock %s/%s exists with different content (status %s); use PATCH to change it",
-			ex.Application, ex.BusinessID, ex.Status)}}
+	path := "/v1/clocks/" + url.PathEscape(ex.Application) + "/" + url.PathEscape(ex.BusinessID)
+	var msg string
+	switch ex.Status {
+	case alarm.StatusPending:
+		msg = fmt.Sprintf("clock %s/%s exists, pending, with different content: to change it, PATCH %s (clockctl reschedule); "+
+			"to replace it, cancel it (DELETE %s) and create it again", ex.Application, ex.BusinessID, path, path)
+	case alarm.StatusFiring:
+		msg = fmt.Sprintf("clock %s/%s exists with different content and is ringing now (firing): once it has rung, "+
+			"a create for the key sets a new clock; retry in a moment", ex.Application, ex.BusinessID)
+	default:
+		msg = fmt.Sprintf("clock %s/%s exists with different content (status %s)", ex.Application, ex.BusinessID, ex.Status)
+	}
+	return alarm.CreateResult{Clock: ex, Err: &alarm.ConflictError{Clock: ex, Message: msg}}
 }

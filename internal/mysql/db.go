@@ -60,6 +60,10 @@ func Open(ctx context.Context, dsn string, maxConns int) (*sqlx.DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	return open(ctx, cfg, maxConns)
+}
+
+func open(ctx context.Context, cfg *mysql.Config, maxConns int) (*sqlx.DB, error) {
 	if err := createDatabase(ctx, cfg); err != nil {
 		return nil, err
 	}

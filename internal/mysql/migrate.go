@@ -31,6 +31,25 @@ func Migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger) error {
 	return migrate(ctx, db, log, schemaLockWait)
 }
 
+// MigrateDSN is Migrate on a pool of its own whose connections have no
+// read or write timeout: adding an index to a table of millions of rows
+// takes minutes, during which the server answers nothing, and a client
+// that gave up after mysql's usual read timeout (30 s) would cut the
+// connection and so abort the migration halfway.
+func MigrateDSN(ctx context.Context, dsn string, log *slog.Logger) error {
+	cfg, err := PrepareDSN(dsn)
+	if err != nil {
+		return err
+	}
+	cfg.ReadTimeout, cfg.WriteTimeout = 0, 0
+	db, err := open(ctx, cfg, 2)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return migrate(ctx, db, log, schemaLockWait)
+}
+
 func migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.Duration) error {
 	p, err := provider(db, log, wait)
 	if err != nil {

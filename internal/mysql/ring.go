@@ -311,21 +311,3 @@ func (s *Store) RecoverFiring(ctx context.Context, shard int, epoch int64, stale
 	}
 	return n, nil
 }
-
-// StatusCounts counts clocks per status from the (shard, status, ...) index
-// ranges; cheap enough for a metrics scrape every few seconds on big tables?
-// Not for ten million rows: callers cache it.
-func (s *Store) StatusCounts(ctx context.Context) (map[alarm.Status]int64, error) {
-	var rows []struct {
-		Status string `db:"status"`
-		N      int64  `db:"n"`
-	}
-	if err := s.db.SelectContext(ctx, &rows, "SELECT status, COUNT(*) AS n FROM clock GROUP BY status"); err != nil {
-		return nil, fmt.Errorf("count clocks: %w", mapErr(err))
-	}
-	out := map[alarm.Status]int64{}
-	for _, r := range rows {
-		out[alarm.Status(r.Status)] = r.N
-	}
-	return out, nil
-}

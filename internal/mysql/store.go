@@ -88,10 +88,26 @@ type StoreConfig struct {
 	// server hands out consecutive ids: the path MySQL 8 takes
 	// (innodb_autoinc_lock_mode=2), forced so that it can be tested on
 	// MariaDB.
-	SelectIDs  bool
+	SelectIDs bool
+	// IdempotencyWindow: an identical create for a key whose clock is
+	// finished answers 200 with that clock when it was created less than
+	// this long ago (a retry of the create that made it); otherwise it sets
+	// a new clock. 0: DefaultIdempotencyWindow; negative: none (always a
+	// new clock).
+	IdempotencyWindow time.Duration
+	// NoHistory: finished clocks leaving clock (a re-armed key's) are
+	// deleted rather than moved to clock_history (history.keep 0).
+	NoHistory  bool
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
+
+// DefaultIdempotencyWindow is clock.idempotency_window's default: longer
+// than any client's retries of one create (clockd answers within
+// mysql.request_timeout + mysql.resolve_timeout, 35 s by default), shorter
+// than the delay of most clocks, so that re-creating a clock that has rung
+// sets it again.
+const DefaultIdempotencyWindow = 10 * time.Minute
 
 // Store is the MySQL implementation of alarm.Store. Concurrent creates are
 // coalesced by a few writer goroutines into multi-row INSERTs (group
@@ -149,6 +165,9 @@ func NewStore(db *sqlx.DB, cfg StoreConfig) *Store {
 	}
 	if cfg.ResolveTimeout <= 0 {
 		cfg.ResolveTimeout = 30 * time.Second
+	}
+	if cfg.IdempotencyWindow == 0 {
+		cfg.IdempotencyWindow = DefaultIdempotencyWindow
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -222,9 +241,27 @@ func (s *Store) get(ctx context.Context, q sqlx.QueryerContext, k alarm.Key, loc
 	return r.clock(), nil
 }
 
-// Get reads one clock.
+// Get reads one clock: from clock, else the newest of its key in
+// clock_history (Archived set).
 func (s *Store) Get(ctx context.Context, k alarm.Key) (alarm.Clock, error) {
-	return s.get(ctx, s.db, k, false)
+	c, err := s.get(ctx, s.db, k, false)
+	if errors.Is(err, alarm.ErrNotFound) {
+		return s.getHistory(ctx, s.db, k)
+	}
+	return c, err
+}
+
+// refusal says why a change of clock c was refused, and what to do when
+// it is finished.
+func refusal(verb string, k alarm.Key, c alarm.Clock) error {
+	msg := fmt.Sprintf("cannot %s clock %s: it is %s", verb, k, c.Status)
+	if c.Archived {
+		msg += " and archived (moved to history)"
+	}
+	if c.Status.Finished() {
+		msg += "; a create (POST /v1/clocks) for the key sets a new clock"
+	}
+	return &alarm.ConflictError{Clock: c, Message: msg}
 }
 
 // unknownError: a COMMIT was sent and its answer lost (connection cut,
@@ -294,16 +331,28 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 		var c alarm.Clock
 		var refused error
 		err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+			// not in clock: moved to history, finished, so refused
+			archived := func(err error) error {
+				if !errors.Is(err, alarm.ErrNotFound) {
+					return err
+				}
+				h, herr := s.getHistory(ctx, tx, k)
+				if herr != nil {
+					return herr
+				}
+				c, refused = h, refusal(verb, k, h)
+				return errUnchanged
+			}
 			changed, err := update(tx, token)
 			if err != nil {
-				return err
+				return archived(err)
 			}
 			c, err = s.get(ctx, tx, k, false)
 			if err != nil {
-				return err
+				return archived(err)
 			}
 			if !changed {
-				refused = &alarm.ConflictError{Clock: c, Message: fmt.Sprintf("cannot %s clock %s: it is %s", verb, k, c.Status)}
+				refused = refusal(verb, k, c)
 				return errUnchanged
 			}
 			return nil
@@ -410,6 +459,47 @@ func (s *Store) Reschedule(ctx context.Context, k alarm.Key, now time.Time, appl
 
 // List returns clocks newest first, below q.BeforeID when set.
 func (s *Store) List(ctx context.Context, q alarm.ListQuery) ([]alarm.Clock, error) {
+	query, args := listSQL(q, clockCols)
+	var rows []row
+	if err := s.db.SelectContext(ctx, &rows, query, args...); err != nil {
+		return nil, fmt.Errorf("list clocks: %w", mapErr(err))
+	}
+	out := make([]alarm.Clock, len(rows))
+	for i, r := range rows {
+		out[i] = r.clock()
+	}
+	return out, nil
+}
+
+// listSQL is the list query, newest first, each case an index range read
+// backwards: by application and status, idx_clock_application_status_id;
+// by application alone, one range of it per status, merged; by status
+// alone, idx_clock_status_update when the status is rare, else the
+// primary key; neither, the primary key.
+func listSQL(q alarm.ListQuery, cols string) (string, []any) {
+	limit := strconv.Itoa(q.Limit)
+	below := func(args []any) (string, []any) {
+		if q.BeforeID > 0 {
+			return " AND id < ?", append(args, q.BeforeID)
+		}
+		return "", args
+	}
+	if q.Application != "" && q.Status == "" {
+		var b strings.Builder
+		var args []any
+		b.WriteString("SELECT " + cols + " FROM (SELECT id FROM (")
+		for i, st := range []alarm.Status{alarm.StatusPending, alarm.StatusFiring, alarm.StatusRung, alarm.StatusCancelled, alarm.StatusExpired, alarm.StatusDead} {
+			if i > 0 {
+				b.WriteString(" UNION ALL ")
+			}
+			args = append(args, q.Application, string(st))
+			var cond string
+			cond, args = below(args)
+			b.WriteString("(SELECT id FROM clock WHERE application = ? AND status = ?" + cond + " ORDER BY id DESC LIMIT " + limit + ")")
+		}
+		b.WriteString(") u ORDER BY id DESC LIMIT " + limit + ") t JOIN clock USING (id) ORDER BY id DESC")
+		return b.String(), args
+	}
 	var where []string
 	var args []any
 	if q.Application != "" {
@@ -424,18 +514,9 @@ func (s *Store) List(ctx context.Context, q alarm.ListQuery) ([]alarm.Clock, err
 		where = append(where, "id < ?")
 		args = append(args, q.BeforeID)
 	}
-	query := "SELECT " + clockCols + " FROM clock"
+	query := "SELECT " + cols + " FROM clock"
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
-	query += " ORDER BY id DESC LIMIT " + strconv.Itoa(q.Limit)
-	var rows []row
-	if err := s.db.SelectContext(ctx, &rows, query, args...); err != nil {
-		return nil, fmt.Errorf("list clocks: %w", mapErr(err))
-	}
-	out := make([]alarm.Clock, len(rows))
-	for i, r := range rows {
-		out[i] = r.clock()
-	}
-	return out, nil
+	return query + " ORDER BY id DESC LIMIT " + limit, args
 }

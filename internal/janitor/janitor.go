@@ -1,0 +1,436 @@
+// Package janitor keeps the clock table to the clocks that matter: one
+// clockd instance at a time (a lease in MySQL) moves finished clocks past
+// their retention to clock_history in small throttled batches, keeps the
+// history's day partitions (created ahead, dropped whole after their
+// keep), and counts clocks per status for clockd_clocks.
+package janitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+// LeaseName is the janitor's row in clock_lease.
+const LeaseName = "janitor"
+
+// Store is what the janitor needs of MySQL.
+type Store interface {
+	HoldLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
+	ReleaseLease(ctx context.Context, name, owner string) error
+	FinishedBefore(ctx context.Context, st alarm.Status, before, afterAt time.Time, afterID int64, limit int) ([]int64, time.Time, error)
+	MoveFinished(ctx context.Context, st alarm.Status, ids []int64, before, dropBefore time.Time, history bool) (archived, deleted int64, err error)
+	HistoryDays(ctx context.Context) ([]time.Time, error)
+	AddHistoryDays(ctx context.Context, days []time.Time) error
+	DropHistoryDays(ctx context.Context, days []time.Time) error
+	CountClocks(ctx context.Context) (map[alarm.Status]int64, error)
+}
+
+// Config tunes the janitor. Zero values take the defaults.
+type Config struct {
+	InstanceID string
+	// Retention: how long rung and cancelled clocks stay in clock.
+	Retention time.Duration
+	// RetentionFailed: the same for expired and dead clocks.
+	RetentionFailed time.Duration
+	// HistoryKeep: how long clock_history keeps them; NoHistory: none,
+	// finished clocks are deleted.
+	HistoryKeep time.Duration
+	NoHistory   bool
+	// PartitionsAhead: days of partitions kept ready past today.
+	PartitionsAhead int
+	// Interval between runs (at most a minute).
+	Interval time.Duration
+	// Batch: clocks per move transaction; Pause: the rest between two
+	// batches, which leaves MySQL to the ring path.
+	Batch int
+	Pause time.Duration
+	// LeaseTTL: a dead holder's lease is taken over within it.
+	LeaseTTL time.Duration
+	// CountEvery: how often the holder counts clocks per status.
+	CountEvery time.Duration
+	Now        func() time.Time // the clock retention is judged by
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) defaults() {
+	if c.Retention <= 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.RetentionFailed <= 0 {
+		c.RetentionFailed = 7 * 24 * time.Hour
+	}
+	if c.HistoryKeep <= 0 && !c.NoHistory {
+		c.HistoryKeep = 30 * 24 * time.Hour
+	}
+	if c.PartitionsAhead <= 0 {
+		c.PartitionsAhead = 3
+	}
+	if c.Interval <= 0 {
+		c.Interval = 30 * time.Second
+	}
+	if c.Batch <= 0 {
+		c.Batch = 1000
+	}
+	if c.Pause < 0 {
+		c.Pause = 0
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.CountEvery <= 0 {
+		c.CountEvery = 30 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Janitor is one instance's janitor; Run it. Only the lease holder works.
+type Janitor struct {
+	cfg   Config
+	store Store
+	log   *slog.Logger
+
+	rows       *prometheus.CounterVec
+	partitions *prometheus.CounterVec
+	days       prometheus.Gauge
+	lastRun    prometheus.Gauge
+	holder     prometheus.Gauge
+	errs       prometheus.Counter
+
+	mu        sync.Mutex
+	held      bool
+	counts    map[alarm.Status]int64
+	countedAt time.Time
+}
+
+// New makes a janitor; it registers its metrics, clockd_clocks{status}
+// among them (exported only while this instance holds the lease, so that
+// a sum over instances counts every clock once).
+func New(cfg Config, store Store) *Janitor {
+	cfg.defaults()
+	j := &Janitor{cfg: cfg, store: store, log: cfg.Logger.With("component", "janitor"),
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "clockd_janitor_rows_total",
+			Help: "Finished clocks the janitor took out of clock: archived (moved to clock_history) or deleted."}, []string{"action"}),
+		partitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "clockd_janitor_partitions_total",
+			Help: "Day partitions of clock_history the janitor created or dropped."}, []string{"action"}),
+		days: prometheus.NewGauge(prometheus.GaugeOpts{Name: "clockd_janitor_history_partitions",
+			Help: "Day partitions clock_history has (as last seen by the janitor holder)."}),
+		lastRun: prometheus.NewGauge(prometheus.GaugeOpts{Name: "clockd_janitor_last_run_timestamp_seconds",
+			Help: "When this instance's janitor last completed a run (0: never)."}),
+		holder: prometheus.NewGauge(prometheus.GaugeOpts{Name: "clockd_janitor_holder",
+			Help: "1 while this instance holds the janitor lease."}),
+		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: "clockd_janitor_errors_total",
+			Help: "Janitor runs or steps that failed (logged; retried at the next run)."}),
+	}
+	j.rows.WithLabelValues("archived")
+	j.rows.WithLabelValues("deleted")
+	j.partitions.WithLabelValues("created")
+	j.partitions.WithLabelValues("dropped")
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(j.rows, j.partitions, j.days, j.lastRun, j.holder, j.errs, countsCollector{j})
+	}
+	return j
+}
+
+// Held reports whether this instance holds the janitor lease.
+func (j *Janitor) Held() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.held
+}
+
+func (j *Janitor) setHeld(h bool) {
+	j.mu.Lock()
+	changed := j.held != h
+	j.held = h
+	if !h {
+		j.counts = nil
+	}
+	j.mu.Unlock()
+	if h {
+		j.holder.Set(1)
+	} else {
+		j.holder.Set(0)
+	}
+	if changed {
+		j.log.Info("janitor lease", "held", h, "instance", j.cfg.InstanceID)
+	}
+}
+
+// Run holds or waits for the lease and, while held, runs every Interval,
+// until ctx ends; then it gives the lease up.
+func (j *Janitor) Run(ctx context.Context) error {
+	defer func() {
+		if j.Held() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := j.store.ReleaseLease(rctx, LeaseName, j.cfg.InstanceID); err != nil {
+				j.log.Warn("janitor lease not released", "err", err)
+			}
+			j.setHeld(false)
+		}
+	}()
+	renew := j.cfg.LeaseTTL / 3
+	var lastRun time.Time
+	for {
+		if j.hold(ctx) && (lastRun.IsZero() || time.Since(lastRun) >= j.cfg.Interval) {
+			lastRun = time.Now()
+			if err := j.RunOnce(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errLeaseLost) {
+				j.errs.Inc()
+				j.log.Warn("janitor run failed; retrying at the next run", "err", err)
+			}
+		}
+		wait := min(renew, j.cfg.Interval)
+		if j.Held() {
+			wait = min(renew, max(j.cfg.Interval-time.Since(lastRun), 0))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// hold takes or renews the lease and reports whether it is held.
+func (j *Janitor) hold(ctx context.Context) bool {
+	lctx, cancel := context.WithTimeout(ctx, j.cfg.LeaseTTL/3)
+	defer cancel()
+	held, err := j.store.HoldLease(lctx, LeaseName, j.cfg.InstanceID, j.cfg.LeaseTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			j.log.Warn("janitor lease", "err", err)
+		}
+		held = false
+	}
+	j.setHeld(held)
+	return held
+}
+
+// errLeaseLost ends a run whose lease another instance took.
+var errLeaseLost = errors.New("janitor lease lost")
+
+// RunOnce does one janitor run: partitions, then the moves, then the
+// counts. It renews the lease while it works and stops when it is lost.
+func (j *Janitor) RunOnce(ctx context.Context) error {
+	start := time.Now()
+	renewed := start
+	keep := func() error { // between steps: renew the lease when due
+		if time.Since(renewed) < j.cfg.LeaseTTL/3 {
+			return nil
+		}
+		renewed = time.Now()
+		if !j.hold(ctx) {
+			return errLeaseLost
+		}
+		return nil
+	}
+	var errs []error
+	if err := j.partitionsStep(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	archived, deleted, err := j.moveStep(ctx, keep)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := j.countStep(ctx, true); err != nil {
+		errs = append(errs, err)
+	}
+	if archived+deleted > 0 {
+		j.log.Info("janitor run", "archived", archived, "deleted", deleted, "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	j.lastRun.Set(float64(time.Now().UnixMilli()) / 1000)
+	return nil
+}
+
+// class is a retention class: statuses and how long they stay.
+type class struct {
+	statuses  []alarm.Status
+	retention time.Duration
+}
+
+// moveStep moves every finished clock past its retention, batch by batch.
+func (j *Janitor) moveStep(ctx context.Context, keep func() error) (archived, deleted int64, err error) {
+	now := j.cfg.Now()
+	dropBefore := now.Add(-j.cfg.HistoryKeep) // history would drop them already
+	if j.cfg.NoHistory {
+		dropBefore = now
+	}
+	classes := []class{
+		{[]alarm.Status{alarm.StatusRung, alarm.StatusCancelled}, j.cfg.Retention},
+		{[]alarm.Status{alarm.StatusExpired, alarm.StatusDead}, j.cfg.RetentionFailed},
+	}
+	for _, cl := range classes {
+		before := now.Add(-cl.retention)
+		for _, st := range cl.statuses {
+			var afterAt time.Time
+			var afterID int64
+			for {
+				if err := ctx.Err(); err != nil {
+					return archived, deleted, err
+				}
+				if err := keep(); err != nil {
+					return archived, deleted, err
+				}
+				if err := j.countStep(ctx, false); err != nil { // a long drain still refreshes them
+					j.log.Debug("count clocks", "err", err)
+				}
+				ids, last, err := j.store.FinishedBefore(ctx, st, before, afterAt, afterID, j.cfg.Batch)
+				if err != nil {
+					return archived, deleted, err
+				}
+				if len(ids) == 0 {
+					break
+				}
+				a, d, err := j.store.MoveFinished(ctx, st, ids, before, dropBefore, !j.cfg.NoHistory)
+				if err != nil {
+					return archived, deleted, err
+				}
+				archived, deleted = archived+a, deleted+d
+				j.rows.WithLabelValues("archived").Add(float64(a))
+				j.rows.WithLabelValues("deleted").Add(float64(d))
+				afterAt, afterID = last, ids[len(ids)-1]
+				if len(ids) < j.cfg.Batch {
+					break
+				}
+				if j.cfg.Pause > 0 {
+					select {
+					case <-ctx.Done():
+						return archived, deleted, ctx.Err()
+					case <-time.After(j.cfg.Pause):
+					}
+				}
+			}
+		}
+	}
+	return archived, deleted, nil
+}
+
+// partitionsStep creates the days ahead and drops the days past keep.
+func (j *Janitor) partitionsStep(ctx context.Context) error {
+	days, err := j.store.HistoryDays(ctx)
+	if err != nil {
+		return err
+	}
+	add, drop := PlanPartitions(days, j.cfg.Now(), j.cfg.HistoryKeep, j.cfg.NoHistory, j.cfg.PartitionsAhead)
+	if len(drop) > 0 {
+		if err := j.store.DropHistoryDays(ctx, drop); err != nil {
+			return err
+		}
+		j.partitions.WithLabelValues("dropped").Add(float64(len(drop)))
+		j.log.Info("history partitions dropped", "from", day(drop[0]), "to", day(drop[len(drop)-1]), "count", len(drop))
+	}
+	if len(add) > 0 {
+		if err := j.store.AddHistoryDays(ctx, add); err != nil {
+			return err
+		}
+		j.partitions.WithLabelValues("created").Add(float64(len(add)))
+		j.log.Info("history partitions created", "from", day(add[0]), "to", day(add[len(add)-1]), "count", len(add))
+	}
+	j.days.Set(float64(len(days) + len(add) - len(drop)))
+	return nil
+}
+
+func day(t time.Time) string { return t.UTC().Format(time.DateOnly) }
+
+// PlanPartitions says which day partitions to add and drop, given the
+// existing days (ascending, midnight UTC), now, the history's keep and how
+// many days ahead to have ready. Days are added only after the last
+// existing one (they are split off the catch-all partition, in order); with
+// no partitions yet, they start at the oldest day still kept, so that
+// clocks archived late land in their own day and leave with it. A day is
+// dropped when its every clock finished more than keep ago. With no
+// history, every past day is dropped and none is added.
+func PlanPartitions(existing []time.Time, now time.Time, keep time.Duration, noHistory bool, ahead int) (add, drop []time.Time) {
+	today := now.UTC().Truncate(24 * time.Hour)
+	horizon := now.Add(-keep)
+	if noHistory {
+		horizon = now
+	}
+	for _, d := range existing {
+		if !d.AddDate(0, 0, 1).After(horizon) {
+			drop = append(drop, d)
+		}
+	}
+	if noHistory {
+		return nil, drop
+	}
+	last := today.AddDate(0, 0, ahead)
+	next := horizon.UTC().Truncate(24 * time.Hour)
+	if n := len(existing); n > 0 && !existing[n-1].Before(next) {
+		next = existing[n-1].AddDate(0, 0, 1)
+	}
+	for d := next; !d.After(last); d = d.AddDate(0, 0, 1) {
+		add = append(add, d)
+	}
+	return add, drop
+}
+
+// countStep refreshes the per-status counts when they are due (or always
+// when forced, at the end of a run, if older than half the period).
+func (j *Janitor) countStep(ctx context.Context, force bool) error {
+	j.mu.Lock()
+	age := time.Since(j.countedAt)
+	j.mu.Unlock()
+	if age < j.cfg.CountEvery && !(force && age >= j.cfg.CountEvery/2) {
+		return nil
+	}
+	counts, err := j.store.CountClocks(ctx)
+	if err != nil {
+		return fmt.Errorf("count clocks: %w", err)
+	}
+	j.mu.Lock()
+	j.counts, j.countedAt = counts, time.Now()
+	j.mu.Unlock()
+	return nil
+}
+
+// Counts returns the last per-status counts (nil when this instance does
+// not hold the lease or has not counted yet).
+func (j *Janitor) Counts() map[alarm.Status]int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.held || j.counts == nil {
+		return nil
+	}
+	out := make(map[alarm.Status]int64, len(j.counts))
+	for k, v := range j.counts {
+		out[k] = v
+	}
+	return out
+}
+
+var countsDesc = prometheus.NewDesc("clockd_clocks",
+	"Clocks in the clock table per status, counted by the janitor lease holder (only it exports this) at most every 30 s; "+
+		"exact up to 100,000 per status, InnoDB's index estimate above.", []string{"status"}, nil)
+
+// countsCollector exports clockd_clocks{status} from the holder's counts.
+type countsCollector struct{ j *Janitor }
+
+func (c countsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- countsDesc }
+
+func (c countsCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := c.j.Counts()
+	if counts == nil {
+		return
+	}
+	for _, st := range []alarm.Status{alarm.StatusPending, alarm.StatusFiring, alarm.StatusRung, alarm.StatusCancelled, alarm.StatusExpired, alarm.StatusDead} {
+		ch <- prometheus.MustNewConstMetric(countsDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
+	}
+}

@@ -1,0 +1,357 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/clockd/clockd/internal/alarm"
+)
+
+// Finished clocks and their history: the moves from clock to clock_history
+// (the janitor's, and a re-armed key's), reads of the history, its day
+// partitions, the janitor's lease and the per-status counts.
+
+// copyCols are the columns clock and clock_history share.
+const copyCols = `id, application, business_id, shard, status, payload, content_type, target_ring_at,
+latest_ring_at, max_attempts, attempts, next_try_time, last_error, claim_epoch, claim_token, rung_at,
+create_time, update_time, op_token`
+
+// finishedStatuses as SQL, for IN lists.
+const finishedSQL = "'rung', 'cancelled', 'expired', 'dead'"
+
+// archive moves the clocks with the given ids out of clock: into
+// clock_history (history) or nowhere. The caller's transaction holds their
+// row locks, so that the copy is the row it deletes (under READ COMMITTED
+// the INSERT ... SELECT reads without locking). A finished clock's
+// update_time is the time it finished.
+func archive(ctx context.Context, tx sqlx.ExecerContext, ids []int64, history bool) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	ids = sortedIDs(ids)
+	in := placeholders(len(ids))
+	if history {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO clock_history ("+copyCols+", finish_time) SELECT "+copyCols+
+			", update_time FROM clock WHERE id IN ("+in+")", idArgs(ids)...); err != nil {
+			return 0, fmt.Errorf("copy %d clocks to history: %w", len(ids), err)
+		}
+	}
+	res, err := tx.ExecContext(ctx, "DELETE FROM clock WHERE id IN ("+in+")", idArgs(ids)...)
+	if err != nil {
+		return 0, fmt.Errorf("delete %d finished clocks: %w", len(ids), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("delete %d finished clocks: %w", len(ids), err)
+	}
+	return n, nil
+}
+
+// historyRow is a row of clock_history.
+type historyRow struct {
+	row
+	FinishTime int64 `db:"finish_time"`
+}
+
+func (h historyRow) clock() alarm.Clock {
+	c := h.row.clock()
+	c.Archived, c.FinishedAt = true, fromMS(h.FinishTime)
+	return c
+}
+
+// getHistory reads the newest clock of k in clock_history (one index dive
+// per partition).
+func (s *Store) getHistory(ctx context.Context, q sqlx.QueryerContext, k alarm.Key) (alarm.Clock, error) {
+	var r historyRow
+	err := sqlx.GetContext(ctx, q, &r, "SELECT "+clockCols+", finish_time FROM clock_history"+
+		" WHERE application = ? AND business_id = ? ORDER BY id DESC LIMIT 1", k.Application, k.BusinessID)
+	if err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return alarm.Clock{}, fmt.Errorf("clock %s: %w", k, alarm.ErrNotFound)
+		}
+		return alarm.Clock{}, fmt.Errorf("get clock %s from history: %w", k, mapErr(err))
+	}
+	return r.clock(), nil
+}
+
+// FinishedBefore returns up to limit ids of clocks in status st (a finished
+// one) whose update_time is before `before`, in (update_time, id) order
+// after the cursor (afterAt, afterID), and the update_time of the last one:
+// an index range of idx_clock_status_update, read without locks. The cursor
+// keeps a run from stepping again over the index entries it has just
+// deleted (InnoDB purges them later).
+func (s *Store) FinishedBefore(ctx context.Context, st alarm.Status, before, afterAt time.Time, afterID int64, limit int) ([]int64, time.Time, error) {
+	var rows []struct {
+		ID         int64 `db:"id"`
+		UpdateTime int64 `db:"update_time"`
+	}
+	a := ms(afterAt)
+	err := s.db.SelectContext(ctx, &rows, `SELECT id, update_time FROM clock
+		WHERE status = ? AND update_time < ? AND (update_time > ? OR (update_time = ? AND id > ?))
+		ORDER BY update_time, id LIMIT ?`, string(st), ms(before), a, a, afterID, limit)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("find %s clocks finished before %s: %w", st, before.UTC().Format(time.RFC3339), mapErr(err))
+	}
+	if len(rows) == 0 {
+		return nil, afterAt, nil
+	}
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	return ids, fromMS(rows[len(rows)-1].UpdateTime), nil
+}
+
+// MoveFinished moves, in one transaction, those of ids that are still in
+// status st and finished before `before` out of clock: those that finished
+// before dropBefore are deleted (their history would be dropped already),
+// the others go to clock_history, or are deleted too when history is off.
+// The rows are locked by primary key, in id order, first: a clock replayed
+// or re-armed meanwhile stays. A deadlock or lock-wait victim runs again.
+func (s *Store) MoveFinished(ctx context.Context, st alarm.Status, ids []int64, before, dropBefore time.Time, history bool) (archived, deleted int64, err error) {
+	if len(ids) == 0 {
+		return 0, 0, nil
+	}
+	ids = sortedIDs(ids)
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		archived, deleted = 0, 0
+		var rows []struct {
+			ID         int64 `db:"id"`
+			UpdateTime int64 `db:"update_time"`
+		}
+		args := append(idArgs(ids), string(st), ms(before))
+		if err := tx.SelectContext(ctx, &rows, "SELECT id, update_time FROM clock WHERE id IN ("+placeholders(len(ids))+
+			") AND status = ? AND update_time < ? FOR UPDATE", args...); err != nil {
+			return fmt.Errorf("lock finished clocks: %w", err)
+		}
+		var keep, drop []int64
+		for _, r := range rows {
+			if history && r.UpdateTime >= ms(dropBefore) {
+				keep = append(keep, r.ID)
+			} else {
+				drop = append(drop, r.ID)
+			}
+		}
+		n, err := archive(ctx, tx, keep, true)
+		if err != nil {
+			return err
+		}
+		archived = n
+		n, err = archive(ctx, tx, drop, false)
+		if err != nil {
+			return err
+		}
+		deleted = n
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("move %d %s clocks: %w", len(ids), st, mapErr(err))
+	}
+	return archived, deleted, nil
+}
+
+// History partitions: pYYYYMMDD holds the clocks that finished on that day
+// (UTC), bounded by the next midnight; pmax catches the rest.
+
+const dayLayout = "20060102"
+
+func partitionName(day time.Time) string { return "p" + day.UTC().Format(dayLayout) }
+
+// HistoryDays lists the days clock_history has a partition for, oldest
+// first (midnight UTC each).
+func (s *Store) HistoryDays(ctx context.Context) ([]time.Time, error) {
+	var parts []struct {
+		Name  string         `db:"PARTITION_NAME"`
+		Bound sql.NullString `db:"PARTITION_DESCRIPTION"`
+	}
+	if err := s.db.SelectContext(ctx, &parts, `SELECT PARTITION_NAME, PARTITION_DESCRIPTION FROM information_schema.PARTITIONS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'clock_history' AND PARTITION_NAME IS NOT NULL
+		ORDER BY PARTITION_ORDINAL_POSITION`); err != nil {
+		return nil, fmt.Errorf("list history partitions: %w", mapErr(err))
+	}
+	var days []time.Time
+	for _, p := range parts {
+		if p.Name == "pmax" {
+			continue
+		}
+		day, err := time.Parse(dayLayout, strings.TrimPrefix(p.Name, "p"))
+		if err != nil {
+			return nil, fmt.Errorf("history partition %s: not a day (pYYYYMMDD)", p.Name)
+		}
+		bound, err := strconv.ParseInt(p.Bound.String, 10, 64)
+		if err != nil || bound != ms(day.AddDate(0, 0, 1)) {
+			return nil, fmt.Errorf("history partition %s: bound %q is not the next midnight UTC", p.Name, p.Bound.String)
+		}
+		days = append(days, day)
+	}
+	return days, nil
+}
+
+// ddlLockWait bounds how long a partition change waits for the table's
+// metadata lock (a long query on clock_history holds it): statements
+// queue behind a waiting ALTER, so it must not wait long.
+const ddlLockWait = 3 * time.Second
+
+// alterHistory runs one ALTER TABLE clock_history on a connection whose
+// metadata lock wait is short.
+func (s *Store) alterHistory(ctx context.Context, q string) error {
+	conn, err := s.db.Connx(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", mapErr(err))
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = "+strconv.Itoa(int(ddlLockWait/time.Second))); err != nil {
+		return mapErr(err)
+	}
+	_, err = conn.ExecContext(ctx, q)
+	if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION lock_wait_timeout = DEFAULT"); rerr != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // do not pool a session left changed
+	}
+	return mapErr(err)
+}
+
+// AddHistoryDays splits partitions for the given days (each after every
+// existing day, ascending) off pmax. pmax is normally empty, which makes
+// this a metadata change.
+func (s *Store) AddHistoryDays(ctx context.Context, days []time.Time) error {
+	if len(days) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("ALTER TABLE clock_history REORGANIZE PARTITION pmax INTO (")
+	for _, d := range days {
+		fmt.Fprintf(&b, "PARTITION %s VALUES LESS THAN (%d), ", partitionName(d), ms(d.AddDate(0, 0, 1)))
+	}
+	b.WriteString("PARTITION pmax VALUES LESS THAN MAXVALUE)")
+	if err := s.alterHistory(ctx, b.String()); err != nil {
+		return fmt.Errorf("add history partitions %s..%s: %w", partitionName(days[0]), partitionName(days[len(days)-1]), err)
+	}
+	return nil
+}
+
+// DropHistoryDays drops the partitions of the given days, rows and all.
+func (s *Store) DropHistoryDays(ctx context.Context, days []time.Time) error {
+	if len(days) == 0 {
+		return nil
+	}
+	names := make([]string, len(days))
+	for i, d := range days {
+		names[i] = partitionName(d)
+	}
+	if err := s.alterHistory(ctx, "ALTER TABLE clock_history DROP PARTITION "+strings.Join(names, ", ")); err != nil {
+		return fmt.Errorf("drop history partitions %s: %w", strings.Join(names, ","), err)
+	}
+	return nil
+}
+
+// HoldLease takes the lease named name for owner, or renews it, when it is
+// free, expired or the owner's already, and reports whether owner holds it
+// now. Expiry is judged by the database clock.
+func (s *Store) HoldLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+	err := s.execRetry(ctx, `UPDATE clock_lease SET epoch = IF(owner <=> ?, epoch, epoch + 1), owner = ?,
+		lease_until = `+dbNowMS+` + ?, update_time = `+dbNowMS+`
+		WHERE name = ? AND (owner = ? OR owner IS NULL OR lease_until <= `+dbNowMS+`)`,
+		owner, owner, ttl.Milliseconds(), name, owner)
+	if err != nil {
+		return false, fmt.Errorf("hold lease %s: %w", name, mapErr(err))
+	}
+	var held bool
+	if err := s.db.GetContext(ctx, &held, "SELECT COUNT(*) FROM clock_lease WHERE name = ? AND owner = ? AND lease_until > "+dbNowMS,
+		name, owner); err != nil {
+		return false, fmt.Errorf("read lease %s: %w", name, mapErr(err))
+	}
+	return held, nil
+}
+
+// ReleaseLease gives the lease up, if owner holds it, so that another
+// instance can take it at once.
+func (s *Store) ReleaseLease(ctx context.Context, name, owner string) error {
+	if err := s.execRetry(ctx, "UPDATE clock_lease SET owner = NULL, lease_until = 0, update_time = "+dbNowMS+
+		" WHERE name = ? AND owner = ?", name, owner); err != nil {
+		return fmt.Errorf("release lease %s: %w", name, mapErr(err))
+	}
+	return nil
+}
+
+// LeaseHolder returns who holds the lease now ("" when nobody does).
+func (s *Store) LeaseHolder(ctx context.Context, name string) (string, error) {
+	var owner sql.NullString
+	err := s.db.GetContext(ctx, &owner, "SELECT owner FROM clock_lease WHERE name = ? AND lease_until > "+dbNowMS, name)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("read lease %s: %w", name, mapErr(err))
+	}
+	return owner.String, nil
+}
+
+// exactCountUpTo: a status with at most this many clocks is counted
+// exactly (an index range of idx_clock_status_update, a few ms); above it
+// the count is InnoDB's estimate for the same range (a few index dives,
+// within a few per cent), so that the statement takes the same short time
+// whatever the size of the table.
+const exactCountUpTo = 100_000
+
+// CountClocks counts clocks per status in clock, cheaply at any size: a count above
+// exactCountUpTo is an estimate.
+func (s *Store) CountClocks(ctx context.Context) (map[alarm.Status]int64, error) {
+	out := map[alarm.Status]int64{}
+	for _, st := range []alarm.Status{alarm.StatusPending, alarm.StatusFiring, alarm.StatusRung, alarm.StatusCancelled, alarm.StatusExpired, alarm.StatusDead} {
+		var n int64
+		if err := s.db.GetContext(ctx, &n, "SELECT COUNT(*) FROM (SELECT 1 FROM clock WHERE status = ? LIMIT ?) t",
+			string(st), exactCountUpTo+1); err != nil {
+			return nil, fmt.Errorf("count %s clocks: %w", st, mapErr(err))
+		}
+		if n > exactCountUpTo {
+			est, err := s.estimateRows(ctx, "SELECT 1 FROM clock WHERE status = ?", string(st))
+			if err != nil {
+				return nil, fmt.Errorf("estimate %s clocks: %w", st, err)
+			}
+			n = max(est, n)
+		}
+		out[st] = n
+	}
+	return out, nil
+}
+
+// estimateRows is the optimizer's row estimate of a single-table query
+// (EXPLAIN's rows column, which MySQL and MariaDB both have).
+func (s *Store) estimateRows(ctx context.Context, q string, args ...any) (int64, error) {
+	rows, err := s.db.QueryContext(ctx, "EXPLAIN "+q, args...)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	at := -1
+	for i, c := range cols {
+		if strings.EqualFold(c, "rows") {
+			at = i
+		}
+	}
+	if at < 0 || !rows.Next() {
+		return 0, errors.New("EXPLAIN has no rows column")
+	}
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return 0, mapErr(err)
+	}
+	n, err := strconv.ParseInt(vals[at].String, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("EXPLAIN rows %q: %w", vals[at].String, err)
+	}
+	return n, nil
+}
