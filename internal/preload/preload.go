@@ -6,10 +6,7 @@ package preload
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -132,173 +129,6 @@ func (m *Manager) quota() int {
 	return max(1, m.cfg.HeapCap/(2*n))
 }
 
-// Run keeps the leases until ctx is done, then stops the loaders and gives
-// the shards up so that other instances take them over at once.
-func (m *Manager) Run(ctx context.Context) error {
-	tick := m.cfg.LeaseTTL / 4
-	failures := 0
-	for {
-		if err := m.round(ctx); err != nil {
-			failures++
-			m.mu.Lock()
-			m.lastErr = err
-			m.mu.Unlock()
-			if ctx.Err() == nil && (failures == 1 || failures%20 == 0) {
-				m.log.Warn("lease round failed", "err", err, "failures", failures)
-			}
-		} else {
-			if failures > 0 {
-				m.log.Info("lease round works again", "after_failures", failures)
-			}
-			failures = 0
-		}
-		select {
-		case <-ctx.Done():
-			m.shutdown()
-			return nil
-		case <-time.After(tick):
-		}
-	}
-}
-
-// Ready is nil while lease rounds succeed.
-func (m *Manager) Ready() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lastOK.IsZero() || time.Since(m.lastOK) > m.cfg.LeaseTTL {
-		if m.lastErr != nil {
-			return fmt.Errorf("shard leases not renewed: %w", m.lastErr)
-		}
-		return errors.New("shard leases not renewed yet")
-	}
-	return nil
-}
-
-// target is this instance's fair share of the shards.
-func target(shards int, live []string, me string) int {
-	i := sort.SearchStrings(live, me) // my rank among the live instances
-	n := len(live)
-	if i == n || live[i] != me {
-		n++ // my heartbeat is not visible yet: count me in at my rank
-	}
-	t := shards / n
-	if i < shards%n {
-		t++
-	}
-	return t
-}
-
-func (m *Manager) round(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
-	defer cancel()
-	start := time.Now() // local monotonic time the renewal is counted from
-	ttl := m.cfg.LeaseTTL
-	if err := m.store.Heartbeat(ctx, m.cfg.InstanceID, m.cfg.HTTPAddr, m.started, ttl); err != nil {
-		return err
-	}
-	live, err := m.store.LiveInstances(ctx)
-	if err != nil {
-		return err
-	}
-	if !m.joined {
-		// A previous process under this instance id (restarted at once
-		// after a crash) may still hold leases. Renewing them would keep
-		// their epoch: that process would not be fenced and the clocks it
-		// left firing (claimed under that epoch) would wait for the firing
-		// timeout. Give them up so they are acquired under new epochs.
-		all := make([]int, m.cfg.Shards)
-		for i := range all {
-			all[i] = i
-		}
-		if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, all); err != nil {
-			return err
-		}
-		m.joined = true
-	}
-	want := target(m.cfg.Shards, live, m.cfg.InstanceID)
-	leases, err := m.store.RenewLeases(ctx, m.cfg.InstanceID, ttl)
-	if err != nil {
-		return err
-	}
-	if extra := len(leases) - want; extra > 0 {
-		// hand the highest shards over: stop ringing them first
-		give := make([]int, 0, extra)
-		for _, l := range leases[len(leases)-extra:] {
-			give = append(give, l.Shard)
-		}
-		for _, s := range give {
-			m.stopLoader(s)
-		}
-		// Drain, then release: the next owner must find none of their
-		// clocks armed or in flight here, or it recovers and rings them a
-		// second time.
-		if m.cfg.Drain != nil {
-			dctx, cancel := context.WithTimeout(context.Background(), m.cfg.DrainTimeout)
-			err := m.cfg.Drain(dctx, give)
-			cancel()
-			if err != nil {
-				m.log.Warn("shards handed over before their rings in flight were recorded; the next owner may ring some again", "shards", give, "err", err)
-			}
-		}
-		if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, give); err != nil {
-			return err
-		}
-		leases = leases[:len(leases)-extra]
-		m.log.Info("released shards for rebalancing", "shards", give, "live_instances", len(live))
-	} else if extra < 0 {
-		if leases, err = m.store.AcquireLeases(ctx, m.cfg.InstanceID, -extra, ttl); err != nil {
-			return err
-		}
-	}
-	validUntil := start.Add(ttl - ttl/5)
-	held := map[int]alarm.Lease{}
-	for _, l := range leases {
-		held[l.Shard] = l
-	}
-	m.mu.Lock()
-	var lost []int
-	for s, ld := range m.loaders {
-		if l, ok := held[s]; !ok || l.Epoch != ld.epoch {
-			lost = append(lost, s)
-		}
-	}
-	m.mu.Unlock()
-	for _, s := range lost {
-		m.lostCnt.Inc()
-		m.log.Warn("shard lease lost", "shard", s)
-		m.stopLoader(s)
-	}
-	var gained []int
-	for _, l := range leases {
-		m.mu.Lock()
-		ld, ok := m.loaders[l.Shard]
-		if ok {
-			ld.setValid(validUntil)
-		}
-		m.mu.Unlock()
-		if !ok {
-			n, err := m.store.RecoverFiring(ctx, l.Shard, l.Epoch, m.now().Add(-m.cfg.FiringTimeout), m.cfg.Held(), m.now())
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				m.log.Info("recovered clocks left firing by a previous owner", "shard", l.Shard, "clocks", n)
-			}
-			m.startLoader(l, validUntil)
-			gained = append(gained, l.Shard)
-		}
-	}
-	if len(gained) > 0 {
-		m.log.Info("acquired shards", "shards", gained, "live_instances", len(live))
-	}
-	m.mu.Lock()
-	m.lastOK = time.Now()
-	m.lastErr = nil
-	m.owned.Set(float64(len(m.loaders)))
-	m.mu.Unlock()
-	return nil
-}
-
 func (m *Manager) startLoader(l alarm.Lease, validUntil time.Time) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ld := &loader{
@@ -330,28 +160,6 @@ func (m *Manager) stopLoader(shard int) {
 	ld.cancel()
 	<-ld.done
 	m.q.DropShard(shard)
-}
-
-func (m *Manager) shutdown() {
-	m.mu.Lock()
-	var shards []int
-	for s := range m.loaders {
-		shards = append(shards, s)
-	}
-	m.mu.Unlock()
-	for _, s := range shards {
-		m.stopLoader(s)
-	}
-	m.wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, shards); err != nil {
-		m.log.Warn("could not release shard leases; they expire by themselves", "err", err)
-	}
-	if err := m.store.Leave(ctx, m.cfg.InstanceID); err != nil {
-		m.log.Warn("could not remove instance heartbeat", "err", err)
-	}
-	m.owned.Set(0)
 }
 
 // Leases returns the leases held for the given shards (others are left out).

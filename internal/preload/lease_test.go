@@ -1,0 +1,226 @@
+package preload
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/ring"
+)
+
+// leaseStore keeps shard leases in memory for the lease keeper's rounds and
+// logs, in order, what the keeper did with them.
+type leaseStore struct {
+	Store // LoadDue only, answered below
+
+	mu     sync.Mutex
+	owner  map[int]string // shard -> owner
+	epoch  map[int]int64
+	live   []string
+	log    []string // "recover 3 held [7 9]", "release [2 3]", ...
+	shards int
+}
+
+func newLeaseStore(shards int, live ...string) *leaseStore {
+	return &leaseStore{owner: map[int]string{}, epoch: map[int]int64{}, live: live, shards: shards}
+}
+
+func (s *leaseStore) note(format string, args ...any) {
+	s.log = append(s.log, fmt.Sprintf(format, args...))
+}
+
+func (s *leaseStore) entries() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.log)
+}
+
+func (s *leaseStore) LoadDue(context.Context, int, time.Time, int64, time.Time, int) ([]alarm.Due, error) {
+	return nil, nil
+}
+
+func (s *leaseStore) Heartbeat(context.Context, string, string, time.Time, time.Duration) error {
+	return nil
+}
+
+func (s *leaseStore) LiveInstances(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.live), nil
+}
+
+func (s *leaseStore) held(owner string) []alarm.Lease {
+	var out []alarm.Lease
+	for sh := 0; sh < s.shards; sh++ {
+		if s.owner[sh] == owner {
+			out = append(out, alarm.Lease{Shard: sh, Epoch: s.epoch[sh]})
+		}
+	}
+	return out
+}
+
+func (s *leaseStore) RenewLeases(_ context.Context, owner string, _ time.Duration) ([]alarm.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held(owner), nil
+}
+
+func (s *leaseStore) AcquireLeases(_ context.Context, owner string, n int, _ time.Duration) ([]alarm.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sh := 0; sh < s.shards && n > 0; sh++ {
+		if s.owner[sh] == "" {
+			s.owner[sh] = owner
+			s.epoch[sh]++
+			n--
+		}
+	}
+	return s.held(owner), nil
+}
+
+func (s *leaseStore) ReleaseLeases(_ context.Context, owner string, shards []int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(shards) == 0 {
+		return nil
+	}
+	for _, sh := range shards {
+		if s.owner[sh] == owner {
+			delete(s.owner, sh)
+		}
+	}
+	sorted := slices.Sorted(slices.Values(shards))
+	s.note("release %v", sorted)
+	return nil
+}
+
+func (s *leaseStore) RecoverFiring(_ context.Context, shard int, _ int64, _ time.Time, held []int64, _ time.Time) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.note("recover %d held %v", shard, held)
+	return 0, nil
+}
+
+func (s *leaseStore) Leave(context.Context, string) error { return nil }
+
+func leaseManager(t *testing.T, store *leaseStore, cfg Config) *Manager {
+	t.Helper()
+	cfg.InstanceID, cfg.Shards = "a", store.shards
+	cfg.Window, cfg.Interval, cfg.Rescan = 10*time.Second, time.Hour, time.Hour
+	cfg.LeaseTTL, cfg.FiringTimeout, cfg.HeapCap = 10*time.Second, time.Minute, 1000
+	m := New(cfg, store, ring.NewQueue())
+	t.Cleanup(func() {
+		for sh := range store.shards {
+			m.stopLoader(sh)
+		}
+		m.wg.Wait()
+	})
+	return m
+}
+
+func TestTarget(t *testing.T) {
+	tests := []struct {
+		shards int
+		live   []string
+		me     string
+		want   int
+	}{
+		{32, []string{"a"}, "a", 32},
+		{32, []string{"a", "b", "c"}, "a", 11},
+		{32, []string{"a", "b", "c"}, "b", 11},
+		{32, []string{"a", "b", "c"}, "c", 10},
+		{32, []string{"a", "c"}, "b", 11}, // not visible yet: counted in at its rank
+		{4, []string{"a", "b", "c", "d", "e"}, "e", 0},
+	}
+	for _, tt := range tests {
+		if got := target(tt.shards, tt.live, tt.me); got != tt.want {
+			t.Errorf("target(%d, %v, %s) = %d, want %d", tt.shards, tt.live, tt.me, got, tt.want)
+		}
+	}
+}
+
+// A round takes the fair share, recovers each gained shard's firing clocks
+// except those the ring loop still holds, and starts its loader.
+func TestRoundGainsAndRecoversSkippingHeld(t *testing.T) {
+	store := newLeaseStore(4, "a")
+	m := leaseManager(t, store, Config{Held: func() []int64 { return []int64{7, 9} }})
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"release [0 1 2 3]"} // a restart under the same id gives old leases up first
+	for sh := range 4 {
+		want = append(want, fmt.Sprintf("recover %d held [7 9]", sh))
+	}
+	if got := store.entries(); !slices.Equal(got, want) {
+		t.Fatalf("store calls %q, want %q", got, want)
+	}
+	for sh := range 4 {
+		if m.ValidUntil(sh, 1).IsZero() {
+			t.Errorf("shard %d not held after the round", sh)
+		}
+	}
+}
+
+// A rebalance drains a shard before it releases it: when Drain runs, the
+// shard's loader is stopped (its lease no longer valid here), and the
+// release comes only after Drain returned.
+func TestRebalanceDrainsBeforeRelease(t *testing.T) {
+	store := newLeaseStore(4, "a")
+	var m *Manager
+	m = leaseManager(t, store, Config{Drain: func(_ context.Context, shards []int) error {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		for _, sh := range shards {
+			if !m.ValidUntil(sh, store.epoch[sh]).IsZero() {
+				t.Errorf("shard %d is still held here while it is drained", sh)
+			}
+		}
+		store.note("drain %v", shards)
+		return nil
+	}})
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	store.live = []string{"a", "b"} // b joins: a keeps 2
+	store.log = nil
+	store.mu.Unlock()
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := store.entries(), []string{"drain [2 3]", "release [2 3]"}; !slices.Equal(got, want) {
+		t.Fatalf("store calls %q, want %q (drain, then release)", got, want)
+	}
+	for sh, held := range []bool{true, true, false, false} {
+		if got := !m.ValidUntil(sh, 1).IsZero(); got != held {
+			t.Errorf("shard %d held: %v, want %v", sh, got, held)
+		}
+	}
+}
+
+// A lease another instance took (renewal no longer returns it) stops the
+// shard's loader and counts a lost lease; the other shards go on.
+func TestLostLeaseStopsLoader(t *testing.T) {
+	store := newLeaseStore(2, "a")
+	m := leaseManager(t, store, Config{})
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	store.owner[1] = "z"
+	store.epoch[1]++
+	store.mu.Unlock()
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !m.ValidUntil(1, 1).IsZero() || !m.ValidUntil(1, 2).IsZero() {
+		t.Error("the lost shard is still held here")
+	}
+	if m.ValidUntil(0, 1).IsZero() {
+		t.Error("the kept shard is no longer held")
+	}
+}
