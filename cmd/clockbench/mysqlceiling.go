@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +14,10 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/clockd/clockd/internal/alarm"
+	clockmysql "github.com/clockd/clockd/internal/mysql"
 )
 
 // MySQLCeilingResult is what the MySQL server of the run sustains for the
@@ -49,33 +53,6 @@ type CeilingRun struct {
 	ErrorSamples []string `json:"error_samples,omitempty"`
 }
 
-// ceilingTable is clockd's `clock` table (migrations/00001_clock.sql):
-// the same columns, types and indexes; the comments left out.
-const ceilingTable = `CREATE TABLE clock (
-  id             BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
-  application    VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-  business_id    VARCHAR(128) NOT NULL,
-  shard          SMALLINT UNSIGNED NOT NULL,
-  status         VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-  payload        MEDIUMTEXT NOT NULL,
-  content_type   VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-  target_ring_at BIGINT NOT NULL,
-  latest_ring_at BIGINT NULL,
-  max_attempts   INT UNSIGNED NOT NULL DEFAULT 0,
-  attempts       INT UNSIGNED NOT NULL DEFAULT 0,
-  next_try_time  BIGINT NOT NULL,
-  last_error     VARCHAR(1024) NULL,
-  claim_epoch    BIGINT UNSIGNED NULL,
-  claim_token    BIGINT UNSIGNED NULL,
-  rung_at        BIGINT NULL,
-  create_time    BIGINT NOT NULL,
-  update_time    BIGINT NOT NULL,
-  PRIMARY KEY (id),
-  UNIQUE KEY uk_clock_application_business_id (application, business_id),
-  KEY idx_clock_shard_status_next_try (shard, status, next_try_time),
-  KEY idx_clock_application_id (application, id)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
-
 // ceilingInsertCols is the column list of clockd's create INSERT.
 const ceilingInsertCols = `INSERT INTO clock (application, business_id, shard, status, payload, content_type, target_ring_at,
 latest_ring_at, max_attempts, attempts, next_try_time, create_time, update_time) VALUES `
@@ -91,19 +68,10 @@ func ceilingDB(dsn, name string) (*mysql.Config, error) {
 		return nil, fmt.Errorf("-mysql: %w", err)
 	}
 	cfg.DBName = name
-	cfg.InterpolateParams = true
-	cfg.MultiStatements = false
-	cfg.Collation = "utf8mb4_bin"
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Second
+	cfg, err = clockmysql.PrepareDSN(cfg.FormatDSN())
+	if err != nil {
+		return nil, fmt.Errorf("-mysql: %w", err)
 	}
-	if cfg.ReadTimeout == 0 {
-		cfg.ReadTimeout = 60 * time.Second
-	}
-	if cfg.WriteTimeout == 0 {
-		cfg.WriteTimeout = 60 * time.Second
-	}
-	cfg.MaxAllowedPacket = 0 // read the server's
 	return cfg, nil
 }
 
@@ -155,7 +123,9 @@ func runMySQLCeilings(ctx context.Context, cfg *config, runID string, logf func(
 	defer db.Close()
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
-	if _, err := db.ExecContext(ctx, ceilingTable); err != nil {
+	// clockd's own schema, from its migrations: the scratch table is the
+	// clock table as it is, indexes included, and cannot drift from it
+	if err := clockmysql.Migrate(ctx, sqlx.NewDb(db, "mysql"), slog.New(slog.DiscardHandler)); err != nil {
 		return nil, fmt.Errorf("create scratch table: %w", err)
 	}
 
@@ -271,13 +241,7 @@ func runMySQLCeilings(ctx context.Context, cfg *config, runID string, logf func(
 
 // shardOf is clockd's shard function (alarm.ShardOf) with its default
 // shard count; only the spread of the values matters here.
-func shardOf(app, bid string) int {
-	h := crc32.NewIEEE()
-	h.Write([]byte(app))
-	h.Write([]byte{0})
-	h.Write([]byte(bid))
-	return int(h.Sum32() % ceilingShards)
-}
+func shardOf(app, bid string) int { return alarm.ShardOf(app, bid, ceilingShards) }
 
 func selectIDs(ctx context.Context, db *sql.DB, limit int) ([]int64, error) {
 	rs, err := db.QueryContext(ctx, "SELECT id FROM clock ORDER BY id LIMIT ?", limit)

@@ -250,53 +250,55 @@ func commit(tx *sqlx.Tx) error {
 // closed and the server rolls the INSERT back whenever it runs it, so a
 // 503 never hides a clock that appears later. Only the COMMIT's answer can
 // be lost (see resolveCreate).
-func (s *Store) insertFast(ctx context.Context, batch []item, token int64) (_ []alarm.CreateResult, err error) {
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	q, args := s.insertSQL(batch, token)
+func (s *Store) insertFast(ctx context.Context, batch []item, token int64) (out []alarm.CreateResult, err error) {
+	err = s.runTx(ctx, func(tx *sqlx.Tx) error {
+		out = make([]alarm.CreateResult, len(batch))
+		return s.insertNew(ctx, tx, batch, token, out, nil)
+	})
+	return out, err
+}
+
+// insertNew inserts new clocks in tx and fills in their results (at pos[j]
+// for items[j]; at j when pos is nil). Their ids follow from
+// LAST_INSERT_ID() when the server hands out consecutive ids (and every row
+// went in), else from one SELECT by key.
+func (s *Store) insertNew(ctx context.Context, tx *sqlx.Tx, items []item, token int64, out []alarm.CreateResult, pos []int) error {
+	q, args := s.insertSQL(items, token)
 	res, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("insert clocks: %w", err)
+		return fmt.Errorf("insert clocks: %w", err)
 	}
-	out := make([]alarm.CreateResult, len(batch))
-	filled := false
+	at := func(j int) int {
+		if pos == nil {
+			return j
+		}
+		return pos[j]
+	}
 	if s.consecutiveIDs && !s.cfg.SelectIDs {
 		first, err := res.LastInsertId()
-		if n, nerr := res.RowsAffected(); err == nil && nerr == nil && n == int64(len(batch)) {
-			for j, it := range batch {
-				out[j] = alarm.CreateResult{Clock: newClock(first+int64(j), *it.clock(), it.req.now, s.cfg.Shards), Created: true}
+		if n, nerr := res.RowsAffected(); err == nil && nerr == nil && n == int64(len(items)) {
+			for j, it := range items {
+				out[at(j)] = alarm.CreateResult{Clock: newClock(first+int64(j), *it.clock(), it.req.now, s.cfg.Shards), Created: true}
 			}
-			filled = true
+			return nil
 		}
 	}
-	if !filled {
-		keys := make([]alarm.Key, len(batch))
-		for j, it := range batch {
-			keys[j] = it.key()
-		}
-		ids, err := s.idsOf(ctx, tx, keys)
-		if err != nil {
-			return nil, err
-		}
-		for j, it := range batch {
-			id, ok := ids[keys[j]]
-			if !ok {
-				return nil, fmt.Errorf("inserted clock %s not found", keys[j])
-			}
-			out[j] = alarm.CreateResult{Clock: newClock(id, *it.clock(), it.req.now, s.cfg.Shards), Created: true}
-		}
+	keys := make([]alarm.Key, len(items))
+	for j, it := range items {
+		keys[j] = it.key()
 	}
-	if err := commit(tx); err != nil {
-		return nil, err
+	ids, err := s.idsOf(ctx, tx, keys)
+	if err != nil {
+		return err
 	}
-	return out, nil
+	for j, it := range items {
+		id, ok := ids[keys[j]]
+		if !ok {
+			return fmt.Errorf("inserted clock %s not found", keys[j])
+		}
+		out[at(j)] = alarm.CreateResult{Clock: newClock(id, *it.clock(), it.req.now, s.cfg.Shards), Created: true}
+	}
+	return nil
 }
 
 func newClock(id int64, c alarm.NewClock, now time.Time, shards int) alarm.Clock {
@@ -371,16 +373,15 @@ func distinctKeys(batch []item) []alarm.Key {
 //     anything else re-arms the key: the finished clock moves to history in
 //     this transaction (the key is unique in clock) and a new clock, with a
 //     new id, is inserted -> 201.
-func (s *Store) insertChecked(ctx context.Context, batch []item, token int64) (_ []alarm.CreateResult, err error) {
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
+func (s *Store) insertChecked(ctx context.Context, batch []item, token int64) (out []alarm.CreateResult, err error) {
+	err = s.runTx(ctx, func(tx *sqlx.Tx) error {
+		out, err = s.checkedTx(ctx, tx, batch, token)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Tx, batch []item, token int64) ([]alarm.CreateResult, error) {
 	existing, err := rowsOf(ctx, tx, distinctKeys(batch), true)
 	if err != nil {
 		return nil, fmt.Errorf("lock existing clocks: %w", err)
@@ -413,32 +414,13 @@ func (s *Store) insertChecked(ctx context.Context, batch []item, token int64) (_
 		return nil, fmt.Errorf("re-arm: %w", err)
 	}
 	if len(inserts) > 0 {
-		q, iargs := s.insertSQL(inserts, token)
-		if _, err := tx.ExecContext(ctx, q, iargs...); err != nil {
-			return nil, fmt.Errorf("insert clocks: %w", err)
-		}
-		ikeys := make([]alarm.Key, len(inserts))
-		for j, it := range inserts {
-			ikeys[j] = it.key()
-		}
-		ids, err := s.idsOf(ctx, tx, ikeys)
-		if err != nil {
+		if err := s.insertNew(ctx, tx, inserts, token, out, insertPos); err != nil {
 			return nil, err
-		}
-		for j, it := range inserts {
-			id, ok := ids[ikeys[j]]
-			if !ok {
-				return nil, fmt.Errorf("inserted clock %s not found", ikeys[j])
-			}
-			out[insertPos[j]] = alarm.CreateResult{Clock: newClock(id, *it.clock(), it.req.now, s.cfg.Shards), Created: true}
 		}
 		for _, j := range laters {
 			first := out[firstNew[batch[j].key()]].Clock
 			out[j] = answerExisting(*batch[j].clock(), first)
 		}
-	}
-	if err := commit(tx); err != nil {
-		return nil, err
 	}
 	return out, nil
 }

@@ -280,17 +280,21 @@ var errUnchanged = errors.New("nothing to change")
 // connection is gone, by the server); an *unknownError from the COMMIT
 // means the outcome is unknown.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	return retryLocked(ctx, func() error {
-		tx, err := s.db.BeginTxx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("begin: %w", err)
-		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return commit(tx)
-	})
+	return retryLocked(ctx, func() error { return s.runTx(ctx, fn) })
+}
+
+// runTx runs fn in one transaction: rolled back when fn fails, committed
+// otherwise (see commit for a COMMIT whose answer is lost).
+func (s *Store) runTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return commit(tx)
 }
 
 // resolve runs read, on fresh connections, until MySQL answers it or

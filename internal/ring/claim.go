@@ -44,7 +44,7 @@ func (l *Loop) claimer(ctx context.Context) {
 		}
 		// back-pressure: bounded in-flight, counting the batches being claimed
 		l.mu.Lock()
-		full := l.inFlight+l.claiming+l.cfg.ClaimBatch > l.cfg.MaxInFlight
+		full := len(l.flights)+l.claiming+l.cfg.ClaimBatch > l.cfg.MaxInFlight
 		l.mu.Unlock()
 		if full {
 			select {
@@ -127,9 +127,9 @@ type claimJob struct {
 	now  time.Time
 }
 
-// claimWorker claims the batches handed to it. A failure pauses the
-// claimer (capped backoff, shared by the workers): when MySQL is away,
-// claiming stops instead of trying once per worker.
+// claimWorker claims the batches handed to it. A failed claim pauses the
+// claimer (capped backoff, shared by the workers, see claim): when MySQL is
+// away, claiming stops instead of trying once per worker.
 func (l *Loop) claimWorker(ctx context.Context, jobs <-chan claimJob) {
 	for job := range jobs {
 		l.claimMu.RLock()
@@ -139,9 +139,7 @@ func (l *Loop) claimWorker(ctx context.Context, jobs <-chan claimJob) {
 		l.claiming -= len(job.dues)
 		l.claimJobs--
 		if err != nil {
-			l.claimFailures++
-			n := l.claimFailures
-			l.pauseUntil = l.clk.Now().Add(min(time.Duration(n)*100*time.Millisecond, 2*time.Second))
+			n := l.claimFailures // counted by claim, which also set the pause
 			l.mu.Unlock()
 			if n == 1 || n%100 == 0 {
 				l.log.Warn("claim failed; ringing paused until it works", "clocks", len(job.dues), "err", err, "failures", n)
@@ -211,6 +209,13 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error
 	token := rand.Int64()
 	got, err := l.store.Claim(cctx, l.feed.Owner(), leases, ids, token, now.Add(l.cfg.ClaimAhead), now)
 	if err != nil {
+		// Claiming pauses (capped backoff) before the dues go back and the
+		// claim is remembered as lost: the claimer must see the pause no
+		// later than either, or it would claim or release again at once.
+		l.mu.Lock()
+		l.claimFailures++
+		l.pauseUntil = l.clk.Now().Add(min(time.Duration(l.claimFailures)*100*time.Millisecond, 2*time.Second))
+		l.mu.Unlock()
 		// The claim may have been applied: the claimer releases it before
 		// it claims again, else its clocks stay firing until the firing
 		// timeout. Until then they wait in memory.
@@ -241,7 +246,6 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error
 		l.perShard[c.Shard]++
 		heap.Push(&l.armed, &entry{due: alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt}})
 	}
-	l.inFlight += len(got)
 	l.mu.Unlock()
 	signal(l.armWake)
 	return nil

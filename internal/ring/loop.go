@@ -110,10 +110,9 @@ type Loop struct {
 	clocks    map[int64]claimed // armed clocks by id
 	flights   map[int64]flight  // every clock in flight: claimed, not yet recorded
 	perShard  map[int]int       // clocks in flight per shard
-	inFlight  int
-	claiming  int           // clocks popped for claims under way
-	claimJobs int           // claims under way
-	claimDone chan struct{} // signalled when a claim ends
+	claiming  int               // clocks popped for claims under way
+	claimJobs int               // claims under way
+	claimDone chan struct{}     // signalled when a claim ends
 	// claimFailures counts claims failed in a row; claiming pauses until
 	// pauseUntil after one.
 	claimFailures int
@@ -228,7 +227,7 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 	})
 	l.m.inFlight = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "clockd_ring_in_flight", Help: "Clocks claimed (firing) and not yet recorded as rung or failed.",
-	}, func() float64 { l.mu.Lock(); defer l.mu.Unlock(); return float64(l.inFlight) })
+	}, func() float64 { l.mu.Lock(); defer l.mu.Unlock(); return float64(len(l.flights)) })
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(l.m.rings, l.m.lateness, l.m.claims, l.m.inFlight)
 	}
@@ -385,7 +384,7 @@ func (l *Loop) drainRecorder(ctx context.Context) {
 	defer limit.Stop()
 	for {
 		l.mu.Lock()
-		n := l.inFlight
+		n := len(l.flights)
 		l.mu.Unlock()
 		if n == 0 {
 			return

@@ -58,7 +58,7 @@ func (l *Loop) record(ctx context.Context, r *results) error {
 	if err := l.writeRung(ctx, r); err != nil {
 		return err
 	}
-	err := l.write(outcomeIDs(r.failed), func(ids, toks []int64) error {
+	err := l.write(idsOf(r.failed, outcomeID), func(ids, toks []int64) error {
 		return l.store.Fail(ctx, r.failed[:len(ids)], toks, now)
 	}, func(n int) {
 		for i, o := range r.failed[:n] {
@@ -77,7 +77,7 @@ func (l *Loop) record(ctx context.Context, r *results) error {
 	if err != nil {
 		return err
 	}
-	return l.write(clockIDs(r.unclaim), func(ids, toks []int64) error {
+	return l.write(idsOf(r.unclaim, clockID), func(ids, toks []int64) error {
 		return l.store.Unclaim(ctx, ids, toks, now)
 	}, func(n int) {
 		for _, c := range r.unclaim[:n] {
@@ -105,7 +105,7 @@ func (l *Loop) writeRung(ctx context.Context, r *results) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ids := rungIDs(c)
+			ids := idsOf(c, rungID)
 			toks, used := l.tokensOf(ids)
 			if errs[i] = l.store.MarkRung(ctx, c, toks); errs[i] == nil {
 				l.forget(ids, used)
@@ -140,29 +140,18 @@ func (l *Loop) write(ids []int64, store func(ids, toks []int64) error, written f
 	return nil
 }
 
-func rungIDs(rs []alarm.Rung) []int64 {
-	ids := make([]int64, len(rs))
-	for i, r := range rs {
-		ids[i] = r.ID
+// idsOf lists the clock ids of xs.
+func idsOf[T any](xs []T, id func(T) int64) []int64 {
+	ids := make([]int64, len(xs))
+	for i, x := range xs {
+		ids[i] = id(x)
 	}
 	return ids
 }
 
-func outcomeIDs(os []alarm.Outcome) []int64 {
-	ids := make([]int64, len(os))
-	for i, o := range os {
-		ids[i] = o.ID
-	}
-	return ids
-}
-
-func clockIDs(cs []alarm.Clock) []int64 {
-	ids := make([]int64, len(cs))
-	for i, c := range cs {
-		ids[i] = c.ID
-	}
-	return ids
-}
+func rungID(r alarm.Rung) int64       { return r.ID }
+func outcomeID(o alarm.Outcome) int64 { return o.ID }
+func clockID(c alarm.Clock) int64     { return c.ID }
 
 // tokensOf returns the distinct claim tokens of ids, and each id's token.
 func (l *Loop) tokensOf(ids []int64) (distinct, each []int64) {
@@ -194,7 +183,6 @@ func (l *Loop) forget(ids, used []int64) {
 			}
 		}
 	}
-	l.inFlight -= len(ids)
 	l.mu.Unlock()
 	signal(l.slots)
 	signal(l.landed)
