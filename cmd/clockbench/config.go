@@ -22,11 +22,11 @@ import (
 // hot and sweep (their lead time is derived from the measured batch rate);
 // ring picks its rate from the broker ceiling; the sweep comes last because
 // its points past the knee leave clockd behind.
-var scenarioOrder = []string{"mysql", "broker", "create", "batch", "ring", "hot", "sweep"}
+var scenarioOrder = []string{"mysql", "broker", "create", "batch", "ring", "hot", "sweep", "recurring"}
 
 // scenarioGroups are names that select several scenarios.
 var scenarioGroups = map[string][]string{
-	"all":      scenarioOrder,
+	"all":      scenarioOrder[:len(scenarioOrder)-1], // recurring (ten minutes) only when named
 	"ceilings": {"mysql", "broker"},
 }
 
@@ -39,6 +39,7 @@ type config struct {
 	exchange string
 
 	scenarios []string
+	rec       recurringConfig // the recurring scenario (recurring.go)
 
 	clients      int
 	duration     time.Duration
@@ -116,7 +117,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.addr, "addr", addr, "clockd base URL (env CLOCKD_ADDR)")
 	fs.StringVar(&c.amqpURL, "amqp", amqpURL, "RabbitMQ URL (env CLOCKD_AMQP_URL)")
 	fs.StringVar(&c.exchange, "exchange", "clock.ring", "exchange clockd rings to")
-	fs.StringVar(&scen, "scenario", "all", "comma-separated scenarios: mysql,broker,create,batch,ring,hot,sweep; ceilings = mysql,broker; all = every one")
+	fs.StringVar(&scen, "scenario", "all", "comma-separated scenarios: mysql,broker,create,batch,ring,hot,sweep,recurring; ceilings = mysql,broker; all = every one but recurring")
 
 	fs.IntVar(&c.clients, "clients", 64, "create: concurrent single-clock clients")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "create, batch: how long each runs")
@@ -149,6 +150,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.BoolVar(&c.sweepAll, "sweep-all", false, "sweep: go on past the first rate whose lateness p99 exceeds -knee-p99 (default: stop there)")
 	fs.Float64Var(&c.kneeP99Ms, "knee-p99", 100, "sweep: the knee is the first rate whose lateness p99 exceeds this many ms")
 
+	addRecurringFlags(fs, &c.rec)
 	fs.IntVar(&c.backlog, "backlog", 0, "insert this many pending clocks years ahead (application -backlog-app) before the scenarios")
 	fs.BoolVar(&c.backlogSkip, "backlog-skip-if-present", false, "backlog: skip the insert when the backlog application already has clocks")
 	fs.DurationVar(&c.backlogTimeout, "backlog-timeout", 30*time.Minute, "backlog: stop inserting after this long (a later run resumes)")

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,18 +16,22 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/clockd/clockd/client"
 )
 
-// api is a thin client of the clockd REST API tuned for load: connections
-// are kept alive and reused, bodies are built by hand (no reflection) and
-// responses are only decoded when the figures need them.
+// api is the clockd client of the bench: the client package (transport,
+// token, errors) on a transport tuned for load (connections kept alive and
+// reused), without retries (a benchmark counts failures, it does not hide
+// them), with create bodies built by hand (no reflection on the hot path)
+// and sent as they are through client.Do.
 type api struct {
-	base  string
-	hc    *http.Client
-	token string // sent as Authorization: Bearer when not empty
+	base string
+	hc   *http.Client
+	cl   *client.Client
 }
 
-func newAPI(base string, conns int, timeout time.Duration) *api {
+func newAPI(base string, conns int, timeout time.Duration, token string) (*api, error) {
 	tr := &http.Transport{
 		Proxy:                 nil,
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -39,40 +42,53 @@ func newAPI(base string, conns int, timeout time.Duration) *api {
 		ForceAttemptHTTP2:     false,
 		ExpectContinueTimeout: 0,
 	}
-	return &api{base: base, hc: &http.Client{Transport: tr, Timeout: timeout}}
+	hc := &http.Client{Transport: tr, Timeout: timeout}
+	cl, err := client.New(base, client.WithHTTPClient(hc), client.WithToken(token),
+		client.WithRetry(client.Retry{Attempts: 1}), client.WithUserAgent("clockbench"))
+	if err != nil {
+		return nil, err
+	}
+	return &api{base: base, hc: hc, cl: cl}, nil
 }
 
 func (a *api) close() { a.hc.CloseIdleConnections() }
 
-// do sends one request. The response body is read into into (reset first)
-// when it is not nil, and discarded otherwise, so the connection is reused.
+// do sends one request with a JSON body already encoded (nil: none) and
+// returns the status. The answer is written to into (reset first) when it
+// is not nil: clockd's JSON for a 2xx, the error's code and message
+// otherwise. A non-2xx answer is a status, not an error; an error is a
+// request without an answer.
 func (a *api) do(ctx context.Context, method, path string, body []byte, into *bytes.Buffer) (int, error) {
-	var rd io.Reader
+	var query url.Values
+	if p, q, ok := strings.Cut(path, "?"); ok {
+		v, err := url.ParseQuery(q)
+		if err != nil {
+			return 0, err
+		}
+		path, query = p, v
+	}
+	var b any
 	if body != nil {
-		rd = bytes.NewReader(body)
+		b = json.RawMessage(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
-	if err != nil {
-		return 0, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
-	}
-	resp, err := a.hc.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
+	st, data, err := a.cl.Do(ctx, method, path, query, b)
 	if into != nil {
 		into.Reset()
-		_, err = into.ReadFrom(resp.Body)
-	} else {
-		_, err = io.Copy(io.Discard, resp.Body)
 	}
-	return resp.StatusCode, err
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		if into != nil {
+			into.WriteString(ce.Code + ": " + ce.Message)
+		}
+		return ce.Status, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if into != nil {
+		into.Write(data)
+	}
+	return st, nil
 }
 
 // ready checks GET /readyz.
@@ -89,55 +105,59 @@ func (a *api) ready(ctx context.Context) error {
 }
 
 type listedClock struct {
-	ID         int64  `json:"id"`
-	BusinessID string `json:"business_id"`
-	Status     string `json:"status"`
-	Attempts   int    `json:"attempts"`
-	LastError  any    `json:"last_error"`
+	ID         int64
+	BusinessID string
+	Status     string
+	Attempts   int
+	LastError  string
 }
 
-// list calls GET /v1/clocks; status may be empty.
+func listed(c client.Clock) listedClock {
+	return listedClock{ID: c.ID, BusinessID: c.BusinessID, Status: string(c.Status), Attempts: c.Attempts, LastError: c.LastError}
+}
+
+// list reads one page of an application's clocks; status may be empty.
 func (a *api) list(ctx context.Context, app, status string, limit int, after string) ([]listedClock, string, error) {
-	q := url.Values{"application": {app}, "limit": {strconv.Itoa(limit)}}
-	if status != "" {
-		q.Set("status", status)
-	}
-	if after != "" {
-		q.Set("after", after)
-	}
-	var buf bytes.Buffer
-	st, err := a.do(ctx, http.MethodGet, "/v1/clocks?"+q.Encode(), nil, &buf)
+	page, err := a.cl.ListPage(ctx, client.Query{Application: app, Status: client.Status(status), Limit: limit,
+		After: after, NoPayload: true})
 	if err != nil {
-		return nil, "", err
-	}
-	if st != http.StatusOK {
-		return nil, "", fmt.Errorf("list %s: %d: %s", app, st, snippet(buf.Bytes()))
-	}
-	var r struct {
-		Clocks []listedClock `json:"clocks"`
-		Next   string        `json:"next"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &r); err != nil {
 		return nil, "", fmt.Errorf("list %s: %w", app, err)
 	}
-	return r.Clocks, r.Next, nil
-}
-
-// get calls GET /v1/clocks/{app}/{bid}.
-func (a *api) get(ctx context.Context, app, bid string) (listedClock, int, error) {
-	var buf bytes.Buffer
-	st, err := a.do(ctx, http.MethodGet, "/v1/clocks/"+url.PathEscape(app)+"/"+url.PathEscape(bid), nil, &buf)
-	if err != nil || st != http.StatusOK {
-		return listedClock{}, st, err
+	out := make([]listedClock, len(page.Clocks))
+	for i, c := range page.Clocks {
+		out[i] = listed(c)
 	}
-	var c listedClock
-	err = json.Unmarshal(buf.Bytes(), &c)
-	return c, st, err
+	return out, page.Next, nil
 }
 
-// cancel calls DELETE /v1/clocks/{app}/{bid}.
+// httpStatusOf is the HTTP status of a call's outcome (0: no answer).
+func httpStatusOf(err error) int {
+	var ce *client.Error
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.As(err, &ce):
+		return ce.Status
+	}
+	return 0
+}
+
+// get reads one clock; a non-2xx answer is a status, not an error.
+func (a *api) get(ctx context.Context, app, bid string) (listedClock, int, error) {
+	c, err := a.cl.Get(ctx, app, bid)
+	if st := httpStatusOf(err); st != 0 {
+		return listed(c), st, nil
+	}
+	return listedClock{}, 0, err
+}
+
+// cancel cancels one clock; a non-2xx answer is a status, not an error.
 func (a *api) cancel(ctx context.Context, app, bid string) (int, error) {
-	return a.do(ctx, http.MethodDelete, "/v1/clocks/"+url.PathEscape(app)+"/"+url.PathEscape(bid), nil, nil)
+	_, err := a.cl.Cancel(ctx, app, bid)
+	if st := httpStatusOf(err); st != 0 {
+		return st, nil
+	}
+	return 0, err
 }
 
 // clockSpec is one clock to create.

@@ -86,8 +86,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.rssPID > 0 {
 		rss = startRSS(cfg.rssPID)
 	}
-	a := newAPI(cfg.addr, cfg.clients+cfg.batchClients+8, cfg.httpTimeout)
-	a.token = cfg.token
+	a, err := newAPI(cfg.addr, cfg.clients+cfg.batchClients+8, cfg.httpTimeout, cfg.token)
+	if err != nil {
+		return err
+	}
 	defer a.close()
 
 	needClockd := cfg.backlog > 0
@@ -155,6 +157,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			} else {
 				rep.Hot = g
 			}
+		case "recurring":
+			rep.Recurring, err = runRecurring(ctx, cfg, a, app, logf)
 		case "sweep":
 			var ceiling float64
 			if rep.Broker != nil {

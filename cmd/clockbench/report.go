@@ -33,6 +33,7 @@ type Report struct {
 	Ring       *RingResult         `json:"ring,omitempty"`
 	Hot        *RingResult         `json:"hot,omitempty"`
 	Sweep      *SweepResult        `json:"sweep,omitempty"`
+	Recurring  *RecurringResult    `json:"recurring,omitempty"`
 	RSS        *RSSResult          `json:"rss,omitempty"`
 	CPU        map[string]CPUUse   `json:"cpu_by_scenario,omitempty"`
 	Costs      []Cost              `json:"clockd_cpu_cost,omitempty"`
@@ -447,6 +448,9 @@ func (r *Report) sections(withCharts bool) []section {
 			}
 		}
 		out = append(out, s)
+	}
+	if g := r.Recurring; g != nil {
+		out = append(out, g.section())
 	}
 	if w := r.Sweep; w != nil {
 		s := section{Title: "sweep (ring rate as a share of the broker ceiling)", Rows: [][2]string{

@@ -163,7 +163,10 @@ func TestRingScenarioAgainstFake(t *testing.T) {
 	srv := startFake(t, url, exchange, func(bid string) string { return faults[bid] })
 	cfg := testConfig(t, "-addr", srv.URL, "-amqp", url, "-exchange", exchange,
 		"-n", "300", "-span", "600ms", "-lead", "500ms", "-grace", "1s", "-settle", "200ms", "-batch-size", "100")
-	a := newAPI(cfg.addr, 8, 10*time.Second)
+	a, err := newAPI(cfg.addr, 8, 10*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer a.close()
 	res, err := runRing(context.Background(), cfg, a, testenv.Name("bench-"), false, 0, t.Logf)
 	if err != nil {

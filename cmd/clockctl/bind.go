@@ -2,15 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/clockd/clockd/client/consume"
 	"github.com/clockd/clockd/internal/alarm"
 )
 
@@ -96,17 +95,9 @@ Examples:
 	}
 }
 
-// redactURL hides the password of an AMQP URL.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
-
-// bind declares the exchange and the queue and binds them, printing each
-// step to w.
+// bind declares the exchange and the queue and binds them (the
+// declarations of consume.Declare, which the consumer helper makes too),
+// printing what was done to w.
 func bind(ctx context.Context, o bindOptions, w io.Writer) error {
 	if o.timeout > 0 {
 		var cancel context.CancelFunc
@@ -117,7 +108,7 @@ func bind(ctx context.Context, o bindOptions, w io.Writer) error {
 	if dialTimeout <= 0 {
 		dialTimeout = 30 * time.Second
 	}
-	where := redactURL(o.url)
+	where := consume.Redact(o.url)
 	conn, err := amqp.DialConfig(o.url, amqp.Config{
 		Dial:       amqp.DefaultDial(dialTimeout),
 		Properties: amqp.Table{"connection_name": "clockctl bind"},
@@ -129,45 +120,25 @@ func bind(ctx context.Context, o bindOptions, w io.Writer) error {
 	// Closing the connection makes a call that waits for the broker return.
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
-	fail := func(what string, err error) error {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", what, ctx.Err())
-		}
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
-			return fmt.Errorf("%s: it exists with other arguments, left unchanged: %w", what, err)
-		}
-		return fmt.Errorf("%s: %w", what, err)
-	}
-
 	ch, err := conn.Channel()
 	if err != nil {
-		return fail("open channel", err)
+		return fmt.Errorf("open channel: %w", err)
 	}
 	fmt.Fprintf(w, "connected to %s\n", where)
 
-	if err := ch.ExchangeDeclare(o.exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
-		return fail(fmt.Sprintf("declare exchange %q", o.exchange), err)
+	q := consume.Queue{Application: o.app, Name: o.queue, Exchange: o.exchange, Quorum: o.quorum}
+	dq, err := consume.Declare(ch, q)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", ctx.Err(), err)
+		}
+		return err
 	}
 	fmt.Fprintf(w, "exchange %q: declared (direct, durable)\n", o.exchange)
-
-	queueType := amqp.QueueTypeClassic
-	if o.quorum {
-		queueType = amqp.QueueTypeQuorum
-	}
-	q, err := ch.QueueDeclare(o.queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: queueType})
-	if err != nil {
-		return fail(fmt.Sprintf("declare queue %q", o.queue), err)
-	}
-	fmt.Fprintf(w, "queue %q: declared (durable, %s), %d messages, %d consumers\n", q.Name, queueType, q.Messages, q.Consumers)
-
-	if err := ch.QueueBind(q.Name, o.app, o.exchange, false, nil); err != nil {
-		return fail(fmt.Sprintf("bind queue %q to exchange %q", q.Name, o.exchange), err)
-	}
-	fmt.Fprintf(w, "queue %q: bound to exchange %q with binding key %q\n", q.Name, o.exchange, o.app)
-
+	fmt.Fprintf(w, "queue %q: declared (durable, %s), %d messages, %d consumers\n", dq.Name, q.Type(), dq.Messages, dq.Consumers)
+	fmt.Fprintf(w, "queue %q: bound to exchange %q with binding key %q\n", dq.Name, o.exchange, o.app)
 	if err := ch.Close(); err != nil {
-		return fail("close channel", err)
+		return fmt.Errorf("close channel: %w", err)
 	}
 	return nil
 }

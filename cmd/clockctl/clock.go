@@ -25,12 +25,15 @@ type clockBody struct {
 	Delay        string  `json:"delay,omitempty"`
 	LatestRingAt string  `json:"latest_ring_at,omitempty"`
 	MaxAttempts  *int    `json:"max_attempts,omitempty"`
+	// Schedule makes a recurring clock (recurring.go).
+	Schedule *scheduleBody `json:"schedule,omitempty"`
 }
 
 // scheduleFlags are the flags shared by create and reschedule.
 type scheduleFlags struct {
 	at, in, payload, payloadFile, latest string
 	maxAttempts                          int
+	recurring                            recurringFlags
 }
 
 func (s *scheduleFlags) define(fs *flag.FlagSet) {
@@ -40,12 +43,16 @@ func (s *scheduleFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&s.payloadFile, "payload-file", "", "read the message body from `file` (- for stdin), byte for byte")
 	fs.StringVar(&s.latest, "latest", "", "never ring after this RFC 3339 `time` (the clock expires instead)")
 	fs.IntVar(&s.maxAttempts, "max-attempts", 0, "give up after `n` failed attempts (0 = no limit)")
+	s.recurring.define(fs)
 }
 
 // fill validates the flags that were set and copies them into b.
 func (s *scheduleFlags) fill(c *cli, set map[string]bool, b *clockBody) error {
 	if set["at"] && set["in"] {
 		return usagef("give -at or -in, not both")
+	}
+	if err := s.recurring.fill(set, b); err != nil {
+		return err
 	}
 	if set["at"] {
 		t, err := parseTime("-at", s.at)
@@ -168,7 +175,7 @@ func createCommand() command {
 		name:    "create",
 		summary: "create a clock",
 		help: `
-Usage: clockctl create -app APP -id BUSINESS_ID (-at TIME | -in DURATION) [flags]
+Usage: clockctl create -app APP -id BUSINESS_ID (-at TIME | -in DURATION | -cron EXPR | -every DURATION) [flags]
 
 Creates a clock (POST /v1/clocks) and prints it. When an identical clock
 already exists, clockd answers with it and nothing changes; when one with
@@ -179,6 +186,8 @@ Examples:
   clockctl create -app member -id m-7 -at 2026-03-01T09:00:00Z -latest 2026-03-02T09:00:00Z \
       -content-type text/plain -payload 'membership ends in 3 days'
   clockctl create -app order -id o-124 -in 30m -payload-file - < order.json
+  clockctl create -app cart -id close-stale -cron '0 2 * * *' -tz Europe/Berlin
+  clockctl create -app payment -id poll -every 30s -misfire catch_up -max-occurrences 100
 `,
 		setup: func(c *cli, fs *flag.FlagSet) runFunc {
 			var (
@@ -200,8 +209,8 @@ Examples:
 					return err
 				}
 				set := setFlags(fs)
-				if !set["at"] && !set["in"] {
-					return usagef("give the ring time with -at or -in")
+				if !set["at"] && !set["in"] && !set["cron"] && !set["every"] {
+					return usagef("give the ring time with -at or -in, or a schedule with -cron or -every")
 				}
 				body := clockBody{Application: app, BusinessID: id, ContentType: contentType}
 				if err := sched.fill(c, set, &body); err != nil {
@@ -242,6 +251,7 @@ Examples:
   clockctl reschedule order o-123 -in 1h
   clockctl reschedule order o-123 -at 2026-01-01T12:00:00Z -payload '{"order":123,"v":2}'
   clockctl reschedule order o-123 -max-attempts 5
+  clockctl reschedule cart close-stale -cron '30 3 * * *' -tz Europe/Berlin
 `,
 		setup: func(c *cli, fs *flag.FlagSet) runFunc {
 			var sched scheduleFlags

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/clockd/clockd/internal/httpapi"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/clockd/clockd/client"
+	"github.com/clockd/clockd/internal/httpapi"
 )
 
 func clusterCommand() command {
@@ -44,7 +45,7 @@ Examples:
 				}
 				_, data, err := cl.do(ctx, http.MethodGet, "/v1/cluster", nil, nil)
 				if err != nil {
-					var ae *apiError
+					var ae *client.Error
 					if errors.As(err, &ae) && ae.Code == "" &&
 						(ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed) {
 						return fmt.Errorf("%w (this clockd does not seem to serve GET /v1/cluster)", err)

@@ -49,10 +49,11 @@ Examples:
 `,
 		setup: func(c *cli, fs *flag.FlagSet) runFunc {
 			var (
-				app, status, after string
-				limit              int
-				all, asJSON        bool
+				app, status, after, recurring string
+				limit                         int
+				all, asJSON                   bool
 			)
+			fs.StringVar(&recurring, "recurring", "", "true: only recurring clocks; false: only one-shot clocks")
 			fs.StringVar(&app, "app", "", "only clocks of this `application`")
 			fs.StringVar(&status, "status", "", "only clocks in this `status`")
 			fs.IntVar(&limit, "limit", 0, "at most `n` clocks per page (0 = the server's default)")
@@ -77,6 +78,9 @@ Examples:
 				if status != "" {
 					q.Set("status", status)
 				}
+				if recurring != "" {
+					q.Set("recurring", recurring)
+				}
 				if limit > 0 {
 					q.Set("limit", strconv.Itoa(limit))
 				}
@@ -96,7 +100,7 @@ Examples:
 
 // listPages fetches the first page (or every page with all) and prints the
 // clocks.
-func listPages(ctx context.Context, cl *client, q url.Values, after string, all bool, out clockPrinter, stderr io.Writer) error {
+func listPages(ctx context.Context, cl *api, q url.Values, after string, all bool, out clockPrinter, stderr io.Writer) error {
 	seen := map[string]bool{}
 	for {
 		if after != "" {

@@ -87,9 +87,12 @@ func commands() []command {
 		cancelCommand(),
 		rescheduleCommand(),
 		replayCommand(),
+		pauseCommand(),
+		resumeCommand(),
 		listCommand(),
 		clusterCommand(),
 		bindCommand(),
+		watchCommand(),
 		tokenCommand(),
 		quotaCommand(),
 	}

@@ -78,7 +78,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	jan := janitor.New(janitor.Config{
 		InstanceID: cfg.Cluster.InstanceID, Retention: cfg.Janitor.Retention, RetentionFailed: cfg.Janitor.RetentionFailed,
 		HistoryKeep: cfg.History.Keep, NoHistory: cfg.History.Keep == 0, PartitionsAhead: cfg.History.PartitionsAhead,
-		Interval: cfg.Janitor.Interval, Batch: cfg.Janitor.Batch, Pause: cfg.Janitor.Pause, LeaseTTL: cfg.Cluster.LeaseTTL,
+		Interval: cfg.Janitor.Interval, Batch: cfg.Janitor.Batch, Pause: cfg.Janitor.Pause, Movers: cfg.Janitor.Movers, LeaseTTL: cfg.Cluster.LeaseTTL,
 		Logger: log, Registerer: reg,
 	}, store)
 
@@ -114,6 +114,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		LeaseMargin: cfg.Ring.ClaimAhead + ring.DefaultMinLeaseLeft,
 		Drain:       func(ctx context.Context, shards []int) error { return loop.Drain(ctx, shards) },
 		Held:        func() []int64 { return loop.Held() },
+		Report:      instanceStats(store, cfg.Cluster.InstanceID, queue),
 	}, store, queue)
 	loop = ring.New(ring.Config{
 		ClaimAhead: cfg.Ring.ClaimAhead, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
@@ -138,6 +139,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		Cluster: func(ctx context.Context) (any, error) { return clusterView(ctx, store) },
 	})
+	con, err := newConsole(cfg, svc, store, shards, authn, reg, log)
+	if err != nil {
+		return err
+	}
 
 	if cfg.HTTP.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.HTTP.PprofAddr, log)
@@ -151,8 +156,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	feederC := start(log, "preloader", feeder.Run)
 	loopC := start(log, "ring", loop.Run)
 	janitorC := start(log, "janitor", jan.Run)
+	consoleC := start(log, "console", con.Run)
 
-	srv.Handler = handler
+	srv.Handler = withConsole(handler, con)
+	srv.RegisterOnShutdown(con.Close)
 	https := srv.TLSConfig != nil
 	errc := make(chan error, 1)
 	go func() { errc <- serveOn(srv, ln) }()
@@ -174,6 +181,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("http shutdown", "err", err)
 	}
+	consoleC.stop()
 	janitorC.stop() // hands the janitor lease over at once
 	loopC.stop()
 	feederC.stop()
@@ -195,6 +203,9 @@ func (p publisher) Publish(ctx context.Context, rings []ring.Ring) []ring.Result
 		msgs[i] = rabbit.Message{
 			ID: c.ID, Application: c.Application, BusinessID: c.BusinessID, RingAt: c.RingAt,
 			Attempt: r.Attempt, ContentType: c.ContentType, Body: []byte(c.Payload),
+		}
+		if c.Recurring() {
+			msgs[i].Occurrence = c.RingAt // the current occurrence's time
 		}
 	}
 	errs, at := p.p.PublishBatchTimed(ctx, msgs)

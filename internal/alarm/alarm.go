@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"time"
+
+	"github.com/clockd/clockd/internal/schedule"
 )
 
 // Status is where a clock is in its life.
@@ -33,7 +35,13 @@ func (s Status) Valid() bool {
 	return false
 }
 
-// Clock is one one-shot alarm. A zero time means "not set" (null).
+// Clock is one alarm: one-shot, or recurring when Schedule is set. A zero
+// time means "not set" (null).
+//
+// A recurring clock is one row that moves from occurrence to occurrence:
+// RingAt is the scheduled time of its current occurrence (the one pending
+// or firing), Attempts count that occurrence's attempts, and Status stays
+// pending between occurrences; it finishes (rung) after its last one.
 type Clock struct {
 	ID           int64
 	Application  string
@@ -51,6 +59,12 @@ type Clock struct {
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 	RungAt       time.Time
+	// Schedule is nil for a one-shot clock. Paused: a paused recurring
+	// clock rings no occurrence until resumed. Occurrences counts the
+	// occurrences that rang.
+	Schedule    *schedule.Spec
+	Paused      bool
+	Occurrences int
 	// Archived: the clock finished and was moved out of the clock table
 	// into the history (read-only; FinishedAt is when it finished).
 	Archived   bool
@@ -141,6 +155,12 @@ type NewClock struct {
 	// ring the same delay after its creation.
 	Delay   time.Duration
 	ByDelay bool
+	// Schedule makes the clock recurring (RingAt is then its first
+	// occurrence). StartGiven: the request named the schedule's start
+	// (else it was derived from the time of the create, and a retry of
+	// the create derives another).
+	Schedule   *schedule.Spec
+	StartGiven bool
 }
 
 // Same reports whether an existing clock was created by an identical request,
@@ -153,6 +173,10 @@ func (n NewClock) Same(c Clock) bool {
 		// rounded up: CeilMS(CreatedAt+Delay) or one millisecond later.
 		diff := c.RingAt.Sub(CeilMS(c.CreatedAt.Truncate(time.Millisecond).Add(n.Delay)))
 		sameTime = diff == 0 || diff == time.Millisecond
+	}
+	if n.Schedule != nil || c.Schedule != nil {
+		// a recurring clock moves on: its first occurrence is no measure
+		sameTime = sameSchedule(n.Schedule, c.Schedule, n.StartGiven)
 	}
 	return sameTime && n.Payload == c.Payload && n.ContentType == c.ContentType &&
 		n.LatestRingAt.Equal(c.LatestRingAt) && n.MaxAttempts == c.MaxAttempts
@@ -169,8 +193,11 @@ type CreateResult struct {
 type ListQuery struct {
 	Application string
 	Status      Status
-	Limit       int
-	BeforeID    int64 // cursor: only ids below this; 0 = from the newest
+	// Recurring: nil lists every clock; true only recurring ones, false
+	// only one-shot ones.
+	Recurring *bool
+	Limit     int
+	BeforeID  int64 // cursor: only ids below this; 0 = from the newest
 }
 
 // Store keeps clocks durable. Implementations map their errors to the
@@ -185,6 +212,9 @@ type Store interface {
 	// Reschedule changes a pending clock: apply turns the current clock into
 	// the new one (or refuses it) inside the store's transaction.
 	Reschedule(ctx context.Context, k Key, now time.Time, apply func(Clock) (Clock, error)) (Clock, error)
+	// Change is Reschedule under another name (pause, resume): verb names
+	// the change in a refusal.
+	Change(ctx context.Context, k Key, verb string, now time.Time, apply func(Clock) (Clock, error)) (Clock, error)
 	// Replay moves an expired or dead clock back to pending, due now.
 	Replay(ctx context.Context, k Key, now time.Time) (Clock, error)
 	List(ctx context.Context, q ListQuery) ([]Clock, error)

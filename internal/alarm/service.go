@@ -128,6 +128,38 @@ func (s *Service) Reschedule(ctx context.Context, k Key, p PatchInput) (Clock, e
 	return c, err
 }
 
+// Pause parks a pending recurring clock: no occurrence rings until Resume.
+func (s *Service) Pause(ctx context.Context, k Key) (Clock, error) {
+	return s.change(ctx, k, "pause", Pause)
+}
+
+// Resume lets a paused recurring clock ring again, from its first
+// occurrence after now.
+func (s *Service) Resume(ctx context.Context, k Key) (Clock, error) {
+	return s.change(ctx, k, "resume", Resume)
+}
+
+// change runs one state change of a pending clock and tells the scheduler
+// where the clock is now.
+func (s *Service) change(ctx context.Context, k Key, verb string, apply func(Clock, time.Time) (Clock, error)) (Clock, error) {
+	if err := CheckKey(k); err != nil {
+		return Clock{}, err
+	}
+	now := s.now()
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	c, err := s.store.Change(ctx, k, verb, now, func(c Clock) (Clock, error) { return apply(c, now) })
+	if err == nil && s.sched != nil {
+		if c.Paused {
+			s.sched.Unscheduled([]int64{c.ID})
+		} else {
+			s.sched.Scheduled([]Clock{c})
+		}
+	}
+	s.settle(err)
+	return c, err
+}
+
 // Replay puts an expired or dead clock back to pending, due now.
 func (s *Service) Replay(ctx context.Context, k Key) (Clock, error) {
 	if err := CheckKey(k); err != nil {

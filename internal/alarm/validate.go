@@ -187,6 +187,8 @@ type CreateInput struct {
 	When         When
 	LatestRingAt *time.Time
 	MaxAttempts  *int
+	// Schedule makes a recurring clock (instead of When).
+	Schedule *ScheduleInput
 }
 
 // Validate checks a create request and returns the clock to create.
@@ -207,6 +209,15 @@ func (in CreateInput) Validate(now time.Time, lim Limits) (NewClock, error) {
 			return NewClock{}, err
 		}
 	}
+	if in.MaxAttempts != nil {
+		if err := checkMaxAttempts(*in.MaxAttempts); err != nil {
+			return NewClock{}, err
+		}
+		n.MaxAttempts = *in.MaxAttempts
+	}
+	if in.Schedule != nil {
+		return in.validateRecurring(n, now)
+	}
 	at, _, err := in.When.resolve(now, true)
 	if err != nil {
 		return NewClock{}, err
@@ -220,12 +231,6 @@ func (in CreateInput) Validate(now time.Time, lim Limits) (NewClock, error) {
 		if err := checkLatest(n.RingAt, n.LatestRingAt, now); err != nil {
 			return NewClock{}, err
 		}
-	}
-	if in.MaxAttempts != nil {
-		if err := checkMaxAttempts(*in.MaxAttempts); err != nil {
-			return NewClock{}, err
-		}
-		n.MaxAttempts = *in.MaxAttempts
 	}
 	return n, nil
 }
@@ -261,17 +266,21 @@ type PatchInput struct {
 	LatestRingAt *time.Time
 	LatestSet    bool
 	MaxAttempts  *int
+	Schedule     *ScheduleInput // a recurring clock's new schedule
 }
 
 // Empty reports whether the patch changes nothing.
 func (p PatchInput) Empty() bool {
-	return !p.When.AtSet && !p.When.DelaySet && p.Payload == nil && !p.LatestSet && p.MaxAttempts == nil
+	return !p.When.AtSet && !p.When.DelaySet && p.Payload == nil && !p.LatestSet && p.MaxAttempts == nil && p.Schedule == nil
 }
 
 // Check validates what can be checked without the current clock.
 func (p PatchInput) Check(now time.Time, lim Limits) error {
 	if p.Empty() {
-		return invalid("body", "names nothing to change: give ring_at or delay, payload, latest_ring_at or max_attempts")
+		return invalid("body", "names nothing to change: give ring_at or delay, payload, latest_ring_at, max_attempts or schedule")
+	}
+	if p.Schedule != nil && (p.When.AtSet || p.When.DelaySet) {
+		return invalid("schedule", "give either schedule (recurring) or ring_at/delay (one-shot), not both")
 	}
 	if _, _, err := p.When.resolve(now, false); err != nil {
 		return err
@@ -296,6 +305,19 @@ func (p PatchInput) Apply(c Clock, now time.Time, lim Limits) (Clock, error) {
 	at, ok, err := p.When.resolve(now, false)
 	if err != nil {
 		return Clock{}, err
+	}
+	if c.Schedule != nil {
+		if ok {
+			return Clock{}, invalid("ring_at", "a recurring clock rings on its schedule: change schedule instead, or pause it")
+		}
+		if p.LatestSet {
+			return Clock{}, invalid("latest_ring_at", "applies to one-shot clocks; a recurring clock has schedule.occurrence_deadline and schedule.end")
+		}
+	}
+	if p.Schedule != nil {
+		if c, err = p.applySchedule(c, now); err != nil {
+			return Clock{}, err
+		}
 	}
 	if ok {
 		c.RingAt = at

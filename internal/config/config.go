@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -91,6 +92,8 @@ type Janitor struct {
 	Interval        time.Duration `yaml:"interval"`
 	Batch           int           `yaml:"batch"`
 	Pause           time.Duration `yaml:"pause"`
+	// Movers: batches moved at once, each on a MySQL connection of its own.
+	Movers int `yaml:"movers"`
 }
 
 // History is clock_history.
@@ -156,7 +159,7 @@ func Default() Config {
 			RequestTimeout: 5 * time.Second, ResolveTimeout: 30 * time.Second},
 		AMQP:    AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Exchange: "clock.ring", ConfirmTimeout: 5 * time.Second},
 		Clock:   Clock{MaxPayloadBytes: 64 << 10, Shards: 32, IdempotencyWindow: 10 * time.Minute},
-		Janitor: Janitor{Retention: 24 * time.Hour, RetentionFailed: 168 * time.Hour, Interval: 30 * time.Second, Batch: 1000, Pause: 10 * time.Millisecond},
+		Janitor: Janitor{Retention: 24 * time.Hour, RetentionFailed: 168 * time.Hour, Interval: 30 * time.Second, Batch: 1000, Pause: 10 * time.Millisecond, Movers: 2},
 		History: History{Keep: 720 * time.Hour, PartitionsAhead: 3},
 		Preload: Preload{Window: 10 * time.Second, Interval: time.Second, Rescan: 30 * time.Second, Batch: 2000, HeapCap: 200000},
 		Ring: Ring{ClaimAhead: 100 * time.Millisecond, ClaimBatch: 500, MaxInFlight: 20000,
@@ -198,6 +201,7 @@ func (c *Config) env() []envVar {
 		{"CLOCKD_JANITOR_INTERVAL", "janitor.interval", &c.Janitor.Interval},
 		{"CLOCKD_JANITOR_BATCH", "janitor.batch", &c.Janitor.Batch},
 		{"CLOCKD_JANITOR_PAUSE", "janitor.pause", &c.Janitor.Pause},
+		{"CLOCKD_JANITOR_MOVERS", "janitor.movers", &c.Janitor.Movers},
 		{"CLOCKD_HISTORY_KEEP", "history.keep", &c.History.Keep},
 		{"CLOCKD_HISTORY_PARTITIONS_AHEAD", "history.partitions_ahead", &c.History.PartitionsAhead},
 		{"CLOCKD_PRELOAD_WINDOW", "preload.window", &c.Preload.Window},
@@ -413,8 +417,8 @@ func (c Config) Validate() error {
 	if c.MySQL.ResolveTimeout < time.Second || c.MySQL.ResolveTimeout > 10*time.Minute {
 		bad("mysql.resolve_timeout", "must be between 1s and 10m, got %s", c.MySQL.ResolveTimeout)
 	}
-	if !strings.HasPrefix(c.AMQP.URL, "amqp://") && !strings.HasPrefix(c.AMQP.URL, "amqps://") {
-		bad("amqp.url", "must start with amqp:// or amqps://")
+	if msg := checkAMQPURLs(c.AMQP.URL); msg != "" {
+		bad("amqp.url", "%s", msg)
 	}
 	if c.AMQP.Exchange == "" || len(c.AMQP.Exchange) > 255 {
 		bad("amqp.exchange", "must be 1 to 255 characters")
@@ -447,6 +451,9 @@ func (c Config) Validate() error {
 	}
 	if c.Janitor.Batch < 1 || c.Janitor.Batch > 10000 {
 		bad("janitor.batch", "must be between 1 and 10000, got %d", c.Janitor.Batch)
+	}
+	if c.Janitor.Movers < 1 || c.Janitor.Movers > 8 {
+		bad("janitor.movers", "must be between 1 and 8, got %d", c.Janitor.Movers)
 	}
 	if c.Janitor.Pause < 0 || c.Janitor.Pause > 10*time.Second {
 		bad("janitor.pause", "must be between 0 and 10s, got %s", c.Janitor.Pause)
@@ -552,4 +559,38 @@ func (c Config) Validate() error {
 		bad("log.format", "must be json or text, got %q", c.Log.Format)
 	}
 	return errors.Join(errs...)
+}
+
+// checkAMQPURLs checks amqp.url, one broker URL or several separated by
+// commas (the nodes of a cluster, tried in turn), and says what is wrong,
+// naming the bad element without its password; "" when all is well.
+func checkAMQPURLs(list string) string {
+	elems := strings.Split(list, ",")
+	for i, e := range elems {
+		e = strings.TrimSpace(e)
+		which := ""
+		if len(elems) > 1 {
+			which = fmt.Sprintf("element %d of %d (%s) ", i+1, len(elems), redactURL(e))
+		}
+		switch {
+		case e == "":
+			return which + "is empty: name a broker URL such as amqp://guest:guest@127.0.0.1:5672/"
+		case !strings.HasPrefix(e, "amqp://") && !strings.HasPrefix(e, "amqps://"):
+			return which + "must start with amqp:// or amqps://"
+		}
+		u, err := url.Parse(e)
+		if err != nil || u.Host == "" {
+			return which + "is not a URL with a host"
+		}
+	}
+	return ""
+}
+
+// redactURL hides the password of a URL that is shown in an error.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "unparsable URL"
+	}
+	return u.Redacted()
 }

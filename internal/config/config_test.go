@@ -165,6 +165,7 @@ func TestSPECEnvVars(t *testing.T) {
 		{"CLOCKD_HISTORY_KEEP", "history.keep", "0s", func(c config.Config) string { return c.History.Keep.String() }},
 		{"CLOCKD_IDEMPOTENCY_WINDOW", "clock.idempotency_window", "1m0s", func(c config.Config) string { return c.Clock.IdempotencyWindow.String() }},
 		{"CLOCKD_JANITOR_PAUSE", "janitor.pause", "0s", func(c config.Config) string { return c.Janitor.Pause.String() }},
+		{"CLOCKD_JANITOR_MOVERS", "janitor.movers", "3", func(c config.Config) string { return strconv.Itoa(c.Janitor.Movers) }},
 	}
 	names := config.EnvNames()
 	for _, tt := range tests {
@@ -209,6 +210,9 @@ func TestBadValues(t *testing.T) {
 		{"env dsn unparsable", "", map[string]string{"CLOCKD_MYSQL_DSN": "mysql://localhost"}, []string{"mysql.dsn"}},
 		{"env addr without port", "", map[string]string{"CLOCKD_HTTP_ADDR": "localhost"}, []string{"http.addr"}},
 		{"env amqp url scheme", "", map[string]string{"CLOCKD_AMQP_URL": "http://127.0.0.1:5672/"}, []string{"amqp.url"}},
+		{"env amqp url list with a bad element", "", map[string]string{"CLOCKD_AMQP_URL": "amqp://u:secret@n1:5672/,http://n2:5672/"}, []string{"amqp.url", "element 2 of 2", "http://n2:5672/"}},
+		{"env amqp url list with an empty element", "", map[string]string{"CLOCKD_AMQP_URL": "amqp://n1:5672/,,amqp://n3:5672/"}, []string{"amqp.url", "element 2 of 3"}},
+		{"env amqp url without host", "", map[string]string{"CLOCKD_AMQP_URL": "amqp://n1/,amqp:///vhost"}, []string{"amqp.url", "element 2 of 2"}},
 		{"env exchange too long", "", map[string]string{"CLOCKD_EXCHANGE": strings.Repeat("x", 256)}, []string{"amqp.exchange"}},
 		{"env window too short", "", map[string]string{"CLOCKD_PRELOAD_WINDOW": "10ms"}, []string{"preload.window"}},
 		{"env negative window", "", map[string]string{"CLOCKD_PRELOAD_WINDOW": "-1s"}, []string{"preload.window"}},
@@ -220,6 +224,7 @@ func TestBadValues(t *testing.T) {
 		{"env janitor interval over a minute", "", map[string]string{"CLOCKD_JANITOR_INTERVAL": "2m"}, []string{"janitor.interval"}},
 		{"env janitor batch zero", "", map[string]string{"CLOCKD_JANITOR_BATCH": "0"}, []string{"janitor.batch"}},
 		{"env janitor pause negative", "", map[string]string{"CLOCKD_JANITOR_PAUSE": "-1ms"}, []string{"janitor.pause"}},
+		{"env janitor movers zero", "", map[string]string{"CLOCKD_JANITOR_MOVERS": "0"}, []string{"janitor.movers"}},
 		{"env idempotency window negative", "", map[string]string{"CLOCKD_IDEMPOTENCY_WINDOW": "-1s"}, []string{"clock.idempotency_window"}},
 		{"yaml partitions ahead zero", "history:\n  partitions_ahead: 0\n", nil, []string{"history.partitions_ahead"}},
 		{"yaml bad duration", "preload:\n  window: ten\n", nil, []string{"preload.window"}},
@@ -341,5 +346,29 @@ func TestShippedYAML(t *testing.T) {
 	}
 	if !strings.Contains(string(data), "instance_id") {
 		t.Errorf("%s does not mention instance_id", path)
+	}
+}
+
+// CLOCKD_AMQP_URL names the nodes of a cluster, separated by commas; an
+// error names the bad element and never shows a password.
+func TestAMQPURLList(t *testing.T) {
+	t.Parallel()
+	list := "amqp://u:p@n1:5672/, amqp://u:p@n2:5672/,amqps://u:p@n3:5671/v"
+	c, err := config.Load("", envOf(map[string]string{"CLOCKD_AMQP_URL": list}))
+	if err != nil {
+		t.Fatalf("a list of three URLs refused: %v", err)
+	}
+	if c.AMQP.URL != list {
+		t.Errorf("amqp.url %q, want %q", c.AMQP.URL, list)
+	}
+	_, err = config.Load("", envOf(map[string]string{"CLOCKD_AMQP_URL": "amqp://u:topsecret@n1:5672/,amqp://u:topsecret@n2:5672/,tcp://u:topsecret@n3"}))
+	if err == nil {
+		t.Fatal("a list with a tcp:// element accepted")
+	}
+	if !strings.Contains(err.Error(), "element 3 of 3") || !strings.Contains(err.Error(), "n3") {
+		t.Errorf("error %q does not name the third element", err)
+	}
+	if strings.Contains(err.Error(), "topsecret") {
+		t.Errorf("error %q shows the password", err)
 	}
 }

@@ -721,10 +721,10 @@ func readAll(t *testing.T, resp *http.Response) string {
 
 func TestReadyzUnavailable(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Ready: []httpapi.Check{
+	srv := httptest.NewServer(validateOpenAPI(t, httpapi.New(httpapi.Options{Ready: []httpapi.Check{
 		{Name: "mysql", Check: func(context.Context) error { return nil }},
 		{Name: "rabbitmq", Check: func(context.Context) error { return errors.New("dial tcp: connection refused") }},
-	}}))
+	}})))
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL + "/readyz")
 	if err != nil {

@@ -28,7 +28,7 @@ func newAuthAPI(t *testing.T) *apiEnv {
 		st := mysql.NewAuthStore(db)
 		o.Auth = auth.New(st, auth.Config{Mode: auth.ModeTokens, AdminToken: bootstrapAdmin})
 		o.Quotas = auth.NewQuotas(st, auth.QuotaConfig{})
-		o.Cluster = func(context.Context) (any, error) { return httpapi.ClusterView{}, nil }
+		o.Cluster = func(context.Context) (any, error) { return fakeCluster(), nil }
 	})
 }
 

@@ -21,6 +21,9 @@ import (
 type createBody struct {
 	Application, BusinessID, Payload, ContentType json.RawMessage
 	RingAt, Delay, LatestRingAt, MaxAttempts      json.RawMessage
+	// Schedule makes a recurring clock; its options may stand beside it
+	Schedule json.RawMessage
+	options  scheduleBody
 }
 
 // field maps an exact JSON key to where its value goes.
@@ -42,13 +45,16 @@ func (b *createBody) field(k string) *json.RawMessage {
 		return &b.LatestRingAt
 	case "max_attempts":
 		return &b.MaxAttempts
+	case "schedule":
+		return &b.Schedule
 	}
-	return nil
+	return b.options.option(k)
 }
 
 // patchBody is the JSON of a reschedule.
 type patchBody struct {
 	RingAt, Delay, Payload, LatestRingAt, MaxAttempts json.RawMessage
+	Schedule                                          json.RawMessage
 }
 
 func (b *patchBody) field(k string) *json.RawMessage {
@@ -63,6 +69,8 @@ func (b *patchBody) field(k string) *json.RawMessage {
 		return &b.LatestRingAt
 	case "max_attempts":
 		return &b.MaxAttempts
+	case "schedule":
+		return &b.Schedule
 	}
 	return nil
 }
@@ -485,6 +493,9 @@ func (b createBody) input() (alarm.CreateInput, error) {
 			return in, err
 		}
 	}
+	if in.Schedule, err = decodeSchedule(b.Schedule, &b.options); err != nil {
+		return in, err
+	}
 	return in, nil
 }
 
@@ -517,6 +528,14 @@ func decodePatch(data []byte) (alarm.PatchInput, error) {
 	}
 	if present(b.MaxAttempts) {
 		if p.MaxAttempts, err = parseMaxAttempts(b.MaxAttempts); err != nil {
+			return p, err
+		}
+	}
+	if present(b.Schedule) {
+		if isNull(b.Schedule) {
+			return p, badField("schedule", "cannot be removed: cancel the recurring clock instead")
+		}
+		if p.Schedule, err = decodeSchedule(b.Schedule, &scheduleBody{}); err != nil {
 			return p, err
 		}
 	}

@@ -169,7 +169,7 @@ func TestConcurrencyCap(t *testing.T) {
 	defer free()
 	e := newAPI(t, func(o *httpapi.Options) {
 		o.MaxConcurrent = 4
-		o.Cluster = func(ctx context.Context) (any, error) { <-release; return httpapi.ClusterView{}, nil }
+		o.Cluster = func(ctx context.Context) (any, error) { <-release; return fakeCluster(), nil }
 	})
 	addr := edgeServer(t, e, httpapi.ServerConfig{ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
 	client := &http.Client{Timeout: 10 * time.Second}

@@ -198,7 +198,7 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ClockJSON(c))
+	writeJSON(w, http.StatusOK, clockWithNextJSON(c))
 }
 
 func (a *api) cancel(w http.ResponseWriter, r *http.Request) {

@@ -30,6 +30,13 @@ type Clock struct {
 	// finished and left the clock table after its retention, or when its
 	// key was re-armed. Absent otherwise.
 	Archived bool `json:"archived,omitempty"`
+	// Recurring clocks: Schedule is null for a one-shot clock;
+	// OccurrenceAt is the scheduled time of the current (or next)
+	// occurrence, null for a one-shot clock.
+	Schedule     *Schedule `json:"schedule"`
+	Paused       bool      `json:"paused"`
+	Occurrences  int       `json:"occurrences"`
+	OccurrenceAt *string   `json:"occurrence_at"`
 }
 
 func fmtTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
@@ -58,7 +65,16 @@ func ClockJSON(c alarm.Clock) Clock {
 		NextTryAt: fmtTime(c.NextTryAt), LastError: optString(c.LastError),
 		CreatedAt: fmtTime(c.CreatedAt), UpdatedAt: fmtTime(c.UpdatedAt), RungAt: optTime(c.RungAt),
 		Archived: c.Archived,
+		Schedule: scheduleJSON(c), Paused: c.Paused, Occurrences: c.Occurrences,
+		OccurrenceAt: occurrenceAt(c),
 	}
+}
+
+func occurrenceAt(c alarm.Clock) *string {
+	if c.Schedule == nil {
+		return nil
+	}
+	return optTime(c.RingAt)
 }
 
 // ErrorBody is the JSON of an error answer.

@@ -29,9 +29,9 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
 	for name := range qs {
 		switch name {
-		case "application", "status", "limit", "after", "payload":
+		case "application", "status", "limit", "after", "payload", "recurring":
 		default:
-			a.fail(w, r, badField(name, "is not a known query parameter (application, status, limit, after, payload)"))
+			a.fail(w, r, badField(name, "is not a known query parameter (application, status, limit, after, payload, recurring)"))
 			return
 		}
 	}
@@ -52,6 +52,12 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		}
 		q.BeforeID = n
 	}
+	rec, err := parseRecurring(qs.Get("recurring"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	q.Recurring = rec
 	withPayload := true
 	if s := qs.Get("payload"); s != "" {
 		b, err := strconv.ParseBool(s)

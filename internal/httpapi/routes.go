@@ -95,6 +95,8 @@ func New(o Options) http.Handler {
 	a.handle("DELETE /v1/clocks/{application}/{business_id}", needWrite, a.cancel)
 	a.handle("PATCH /v1/clocks/{application}/{business_id}", needWrite, a.reschedule)
 	a.handle("POST /v1/clocks/{application}/{business_id}/replay", needWrite, a.replay)
+	a.handle("POST /v1/clocks/{application}/{business_id}/pause", needWrite, a.pause)
+	a.handle("POST /v1/clocks/{application}/{business_id}/resume", needWrite, a.resume)
 	a.handle("GET /v1/cluster", needAdmin, a.clusterView)
 	if a.auth != nil {
 		a.handle("POST /v1/tokens", needAdmin, a.createToken)
@@ -109,6 +111,7 @@ func New(o Options) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	a.handle("GET /readyz", open, a.readyz)
+	a.handle("GET /v1/openapi.json", open, a.openAPI)
 	if o.Gatherer != nil {
 		a.handle("GET /metrics", needAdmin, promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}).ServeHTTP)
 	}

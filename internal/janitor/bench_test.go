@@ -29,7 +29,7 @@ import (
 // long each statement clockd issues on a timer takes on it, and the
 // janitor's move rate draining it to history (rows/s) with the default
 // batch and pause (CLOCKD_BENCH_JANITOR_BATCH, CLOCKD_BENCH_JANITOR_PAUSE
-// change them), with what the slow log (long_query_time 0.1 s) caught
+// CLOCKD_BENCH_JANITOR_MOVERS change them), with what the slow log (long_query_time 0.1 s) caught
 // meanwhile. Ten million rows:
 //
 //	CLOCKD_BENCH_JANITOR_ROWS=10000000 go test -run '^$' -bench JanitorDrain -benchtime 1x -timeout 2h ./internal/janitor
@@ -183,9 +183,14 @@ func BenchmarkJanitorDrain(b *testing.B) {
 
 	// The drain, with the defaults a clockd runs with unless
 	// CLOCKD_BENCH_JANITOR_BATCH / CLOCKD_BENCH_JANITOR_PAUSE say otherwise.
-	jcfg := janitor.Config{InstanceID: "bench", Now: time.Now, Logger: slog.New(slog.DiscardHandler), Batch: 1000, Pause: 10 * time.Millisecond}
+	jcfg := janitor.Config{InstanceID: "bench", Now: time.Now, Logger: slog.New(slog.DiscardHandler), Batch: 1000, Pause: 10 * time.Millisecond, Movers: 2}
 	if v := os.Getenv("CLOCKD_BENCH_JANITOR_BATCH"); v != "" {
 		if jcfg.Batch, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if v := os.Getenv("CLOCKD_BENCH_JANITOR_MOVERS"); v != "" {
+		if jcfg.Movers, err = strconv.Atoi(v); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -223,7 +228,7 @@ func BenchmarkJanitorDrain(b *testing.B) {
 	logf(b, "clock_history holds %d clocks: data %d MiB + indexes %d MiB (%d + %d bytes a clock)", hist, hdata>>20, hindex>>20, hdata/hist, hindex/hist)
 	logf(b, "after the drain clock is %s", tableSize(b, db))
 	b.ReportMetric(float64(rows)/took.Seconds(), "rows/s")
-	logf(b, "janitor moved %d clocks to history in %v: %.0f rows/s (batch %d, pause %v)", rows, took.Round(time.Millisecond), float64(rows)/took.Seconds(), jcfg.Batch, jcfg.Pause)
+	logf(b, "janitor moved %d clocks to history in %v: %.0f rows/s (batch %d, pause %v, movers %d)", rows, took.Round(time.Millisecond), float64(rows)/took.Seconds(), jcfg.Batch, jcfg.Pause, jcfg.Movers)
 	if _, err := admin.Exec("SET GLOBAL slow_query_log = 0"); err != nil {
 		b.Fatal(err)
 	}

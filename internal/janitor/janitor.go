@@ -48,10 +48,12 @@ type Config struct {
 	PartitionsAhead int
 	// Interval between runs (at most a minute).
 	Interval time.Duration
-	// Batch: clocks per move transaction; Pause: the rest between two
-	// batches, which leaves MySQL to the ring path.
-	Batch int
-	Pause time.Duration
+	// Batch: clocks per move transaction; Pause: the rest of a mover
+	// between two batches, which leaves MySQL to the ring path; Movers:
+	// how many batches move at once (default 2).
+	Batch  int
+	Pause  time.Duration
+	Movers int
 	// LeaseTTL: a dead holder's lease is taken over within it.
 	LeaseTTL time.Duration
 	// CountEvery: how often the holder counts clocks per status.
@@ -82,6 +84,9 @@ func (c *Config) defaults() {
 	}
 	if c.Pause < 0 {
 		c.Pause = 0
+	}
+	if c.Movers <= 0 {
+		c.Movers = 2
 	}
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = 30 * time.Second
@@ -157,7 +162,10 @@ func (j *Janitor) setHeld(h bool) {
 	changed := j.held != h
 	j.held = h
 	if !h {
-		j.counts = nil
+		// Forget the counts and when they were taken, so that the next
+		// holder run counts at once: a lease lost for one slow renewal
+		// must not hide clockd_clocks for a whole CountEvery.
+		j.counts, j.countedAt = nil, time.Time{}
 	}
 	j.mu.Unlock()
 	if h {
@@ -265,7 +273,13 @@ type class struct {
 	retention time.Duration
 }
 
-// moveStep moves every finished clock past its retention, batch by batch.
+// moveStep moves every finished clock past its retention, batch by batch:
+// one finder reads the next batch's ids from the (status, update_time)
+// index while Movers batches move, each in a transaction of its own on a
+// connection of its own. The batches are disjoint and each locks its rows
+// in id order, so they never wait for each other; a drain uses as many
+// MySQL threads as there are movers, and the pause after each batch
+// leaves MySQL to the ring path.
 func (j *Janitor) moveStep(ctx context.Context, keep func() error) (archived, deleted int64, err error) {
 	now := j.cfg.Now()
 	dropBefore := now.Add(-j.cfg.HistoryKeep) // history would drop them already
@@ -279,47 +293,92 @@ func (j *Janitor) moveStep(ctx context.Context, keep func() error) (archived, de
 	for _, cl := range classes {
 		before := now.Add(-cl.retention)
 		for _, st := range cl.statuses {
-			var afterAt time.Time
-			var afterID int64
-			for {
-				if err := ctx.Err(); err != nil {
-					return archived, deleted, err
-				}
-				if err := keep(); err != nil {
-					return archived, deleted, err
-				}
-				if err := j.countStep(ctx, false); err != nil { // a long drain still refreshes them
-					j.log.Debug("count clocks", "err", err)
-				}
-				ids, last, err := j.store.FinishedBefore(ctx, st, before, afterAt, afterID, j.cfg.Batch)
-				if err != nil {
-					return archived, deleted, err
-				}
-				if len(ids) == 0 {
-					break
-				}
-				a, d, err := j.store.MoveFinished(ctx, st, ids, before, dropBefore, !j.cfg.NoHistory)
-				if err != nil {
-					return archived, deleted, err
-				}
-				archived, deleted = archived+a, deleted+d
-				j.rows.WithLabelValues("archived").Add(float64(a))
-				j.rows.WithLabelValues("deleted").Add(float64(d))
-				afterAt, afterID = last, ids[len(ids)-1]
-				if len(ids) < j.cfg.Batch {
-					break
-				}
-				if j.cfg.Pause > 0 {
-					select {
-					case <-ctx.Done():
-						return archived, deleted, ctx.Err()
-					case <-time.After(j.cfg.Pause):
-					}
-				}
+			a, d, err := j.moveStatus(ctx, keep, st, before, dropBefore)
+			archived, deleted = archived+a, deleted+d
+			if err != nil {
+				return archived, deleted, err
 			}
 		}
 	}
 	return archived, deleted, nil
+}
+
+// moveStatus moves the clocks of one finished status that finished before
+// `before`: the finder (this goroutine) hands batches to the movers.
+func (j *Janitor) moveStatus(ctx context.Context, keep func() error, st alarm.Status, before, dropBefore time.Time) (archived, deleted int64, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	batches := make(chan []int64)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		moved [2]int64
+	)
+	for range j.cfg.Movers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ids := range batches {
+				a, d, err := j.store.MoveFinished(ctx, st, ids, before, dropBefore, !j.cfg.NoHistory)
+				if err != nil {
+					cancel(err)
+					return
+				}
+				j.rows.WithLabelValues("archived").Add(float64(a))
+				j.rows.WithLabelValues("deleted").Add(float64(d))
+				mu.Lock()
+				moved[0], moved[1] = moved[0]+a, moved[1]+d
+				mu.Unlock()
+				if j.cfg.Pause > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(j.cfg.Pause):
+					}
+				}
+			}
+		}()
+	}
+	find := func() error {
+		defer close(batches)
+		var afterAt time.Time
+		var afterID int64
+		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := keep(); err != nil {
+				return err
+			}
+			if err := j.countStep(ctx, false); err != nil { // a long drain still refreshes them
+				j.log.Debug("count clocks", "err", err)
+			}
+			ids, last, err := j.store.FinishedBefore(ctx, st, before, afterAt, afterID, j.cfg.Batch)
+			if err != nil {
+				return err
+			}
+			if len(ids) == 0 {
+				return nil
+			}
+			select {
+			case batches <- ids:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			afterAt, afterID = last, ids[len(ids)-1]
+			if len(ids) < j.cfg.Batch {
+				return nil
+			}
+		}
+	}
+	ferr := find()
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		ferr = cause // a mover's error explains the finder's cancellation
+	} else if ferr == nil && cause != nil {
+		ferr = cause
+	}
+	return moved[0], moved[1], ferr
 }
 
 // partitionsStep creates the days ahead and drops the days past keep.

@@ -331,13 +331,14 @@ func TestNoHistory(t *testing.T) {
 // gone or cut off, so its lease is neither renewed nor released.
 type flaky struct {
 	janitor.Store
-	dead atomic.Bool
+	dead     atomic.Bool
+	failNext atomic.Int32 // fail this many HoldLease calls, then work again
 }
 
 var errDead = errors.New("dead")
 
 func (f *flaky) HoldLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
-	if f.dead.Load() {
+	if f.dead.Load() || f.failNext.Add(-1) >= 0 {
 		return false, errDead
 	}
 	return f.Store.HoldLease(ctx, name, owner, ttl)
@@ -350,13 +351,33 @@ func (f *flaky) ReleaseLease(ctx context.Context, name, owner string) error {
 	return f.Store.ReleaseLease(ctx, name, owner)
 }
 
+// A renewal that fails once (a slow MySQL under load) drops the lease and
+// the counts; when the lease is back, the counts are back at the next run,
+// not a whole CountEvery later.
+func TestCountsBackAfterOneFailedRenewal(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	reg := prometheus.NewRegistry()
+	s := &flaky{Store: w.store}
+	j := janitor.New(janitor.Config{InstanceID: "a", Interval: 100 * time.Millisecond, LeaseTTL: 900 * time.Millisecond, Registerer: reg}, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = j.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "clockd_clocks exported", 10*time.Second, func() bool { return series(t, reg, "clockd_clocks") == 6 })
+	s.failNext.Store(1)
+	waitFor(t, "the lease dropped after the failed renewal", 5*time.Second, func() bool { return series(t, reg, "clockd_clocks") == 0 })
+	waitFor(t, "clockd_clocks back after the lease", 5*time.Second, func() bool { return series(t, reg, "clockd_clocks") == 6 })
+}
+
 // One janitor at a time: of two, one holds the lease and works; when it
 // stops, the other takes over at once; when it dies, after the lease TTL.
 func TestLeaseMovesBetweenInstances(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	cfg := func(id string, reg prometheus.Registerer) janitor.Config {
-		return janitor.Config{InstanceID: id, Interval: 100 * time.Millisecond, LeaseTTL: 900 * time.Millisecond, Registerer: reg}
+		return janitor.Config{InstanceID: id, Interval: 100 * time.Millisecond, LeaseTTL: 900 * time.Millisecond, Registerer: reg,
+			Logger: testenv.Logger(t).With("instance", id)}
 	}
 	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
 	a := janitor.New(cfg("a", regA), w.store)
@@ -383,8 +404,9 @@ func TestLeaseMovesBetweenInstances(t *testing.T) {
 	if b.Held() || holder() != "a" {
 		t.Fatalf("b holds the lease while a does (row names %q)", holder())
 	}
-	// Only the holder exports clockd_clocks.
-	waitFor(t, "a exports clockd_clocks", 5*time.Second, func() bool { return series(t, regA, "clockd_clocks") == 6 })
+	// Only the holder exports clockd_clocks, from its first run on (which
+	// creates a month of history partitions: slow on a busy disk).
+	waitFor(t, "a exports clockd_clocks", time.Minute, func() bool { return series(t, regA, "clockd_clocks") == 6 })
 	if n := series(t, regB, "clockd_clocks"); n != 0 {
 		t.Errorf("b exports %d clockd_clocks series without the lease", n)
 	}
@@ -449,5 +471,61 @@ func TestCountClocks(t *testing.T) {
 	}
 	if counts[alarm.StatusPending] != 7 || counts[alarm.StatusDead] != 2 || counts[alarm.StatusRung] != 0 || len(counts) != 6 {
 		t.Errorf("counts %v", counts)
+	}
+}
+
+// failingMoves fails every move after the first `ok` ones.
+type failingMoves struct {
+	janitor.Store
+	calls atomic.Int64
+	ok    int64
+}
+
+var errMove = errors.New("move failed")
+
+func (f *failingMoves) MoveFinished(ctx context.Context, st alarm.Status, ids []int64, before, dropBefore time.Time, history bool) (int64, int64, error) {
+	if f.calls.Add(1) > f.ok {
+		return 0, 0, errMove
+	}
+	return f.Store.MoveFinished(ctx, st, ids, before, dropBefore, history)
+}
+
+// Several movers drain one status together: every clock is moved exactly
+// once (the batches are disjoint); a mover's failure ends the run with its
+// error, and what was moved before it is whole (in clock or in history,
+// never both, never neither).
+func TestMoversInParallel(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	now := &fakeNow{t: time.Date(2030, 1, 10, 12, 0, 0, 0, time.UTC)}
+	w.insert(t, "rung-", 3000, alarm.StatusRung, now.Now().Add(-25*time.Hour))
+	w.insert(t, "dead-", 500, alarm.StatusDead, now.Now().Add(-8*24*time.Hour))
+
+	f := &failingMoves{Store: w.store, ok: 20}
+	j := janitor.New(janitor.Config{InstanceID: "a", Batch: 50, Movers: 4, Now: now.Now}, f)
+	err := j.RunOnce(context.Background())
+	if !errors.Is(err, errMove) {
+		t.Fatalf("run with a failing mover: %v, want %v", err, errMove)
+	}
+	inClock := w.count(t, "SELECT COUNT(*) FROM clock")
+	inHistory := w.count(t, "SELECT COUNT(*) FROM clock_history")
+	both := w.count(t, "SELECT COUNT(*) FROM clock c JOIN clock_history h ON h.id = c.id")
+	// the moves in flight when one failed were cancelled (rolled back)
+	if inClock+inHistory != 3500 || both != 0 || inHistory%50 != 0 || inHistory > 20*50 {
+		t.Errorf("after a failed run: %d in clock, %d in history, %d in both; want 3500 in all, 0 in both, whole batches of 50, at most %d moved", inClock, inHistory, both, 20*50)
+	}
+
+	j = janitor.New(janitor.Config{InstanceID: "a", Batch: 50, Movers: 4, Now: now.Now}, w.store)
+	if err := j.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.count(t, "SELECT COUNT(*) FROM clock"); n != 0 {
+		t.Errorf("%d clocks left in clock", n)
+	}
+	if n := w.count(t, "SELECT COUNT(DISTINCT id) FROM clock_history"); n != 3500 {
+		t.Errorf("history holds %d distinct clocks, want 3500", n)
+	}
+	if n := w.count(t, "SELECT COUNT(*) FROM clock_history"); n != 3500 {
+		t.Errorf("history holds %d rows, want 3500 (none twice)", n)
 	}
 }

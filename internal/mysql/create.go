@@ -194,7 +194,7 @@ func (s *Store) commitBatch(batch []item) {
 }
 
 const insertCols = `(application, business_id, shard, status, payload, content_type, target_ring_at,
-latest_ring_at, max_attempts, attempts, next_try_time, create_time, update_time, op_token) VALUES `
+latest_ring_at, max_attempts, attempts, next_try_time, create_time, update_time, op_token, ` + scheduleCols + `) VALUES `
 
 func (s *Store) insertSQL(batch []item, token int64) (string, []any) {
 	var b strings.Builder
@@ -205,12 +205,19 @@ func (s *Store) insertSQL(batch []item, token int64) (string, []any) {
 		if j > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,'pending',?,?,?,?,?,0,?,?,?,?)")
 		c := it.clock()
 		now := ms(it.req.now)
 		args = append(args, c.Application, c.BusinessID, alarm.ShardOf(c.Application, c.BusinessID, s.cfg.Shards),
 			c.Payload, c.ContentType, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts,
 			ms(alarm.DueAt(c.RingAt, it.req.now)), now, now, token)
+		if c.Schedule == nil {
+			// a one-shot clock: the schedule columns as literals, so that
+			// the common row costs no more placeholders than before
+			b.WriteString("(?,?,?,'pending',?,?,?,?,?,0,?,?,?,?," + oneShotScheduleValues + ")")
+			continue
+		}
+		b.WriteString("(?,?,?,'pending',?,?,?,?,?,0,?,?,?,?," + schedulePlaceholders + ")")
+		args = append(args, scheduleRowOf(alarm.Clock{Schedule: c.Schedule}).args()...)
 	}
 	return b.String(), args
 }
@@ -308,7 +315,7 @@ func newClock(id int64, c alarm.NewClock, now time.Time, shards int) alarm.Clock
 		Shard:   alarm.ShardOf(c.Application, c.BusinessID, shards),
 		Payload: c.Payload, ContentType: c.ContentType, RingAt: c.RingAt, LatestRingAt: c.LatestRingAt,
 		MaxAttempts: c.MaxAttempts, Status: alarm.StatusPending, NextTryAt: alarm.DueAt(c.RingAt, now),
-		CreatedAt: now, UpdatedAt: now,
+		CreatedAt: now, UpdatedAt: now, Schedule: c.Schedule,
 	}
 }
 

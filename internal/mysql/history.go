@@ -22,7 +22,7 @@ import (
 // copyCols are the columns clock and clock_history share.
 const copyCols = `id, application, business_id, shard, status, payload, content_type, target_ring_at,
 latest_ring_at, max_attempts, attempts, next_try_time, last_error, claim_epoch, claim_token, rung_at,
-create_time, update_time, op_token`
+create_time, update_time, op_token, ` + scheduleCols
 
 // finishedStatuses as SQL, for IN lists.
 const finishedSQL = "'rung', 'cancelled', 'expired', 'dead'"
@@ -72,7 +72,7 @@ func (h historyRow) clock() alarm.Clock {
 func (s *Store) getHistory(ctx context.Context, q sqlx.QueryerContext, k alarm.Key) (alarm.Clock, error) {
 	var r historyRow
 	err := sqlx.GetContext(ctx, q, &r, "SELECT "+clockCols+", finish_time FROM clock_history"+
-		" WHERE application = ? AND business_id = ? ORDER BY id DESC LIMIT 1", k.Application, k.BusinessID)
+		" WHERE application = ? AND business_id = ? AND occurrence_of IS NULL ORDER BY id DESC LIMIT 1", k.Application, k.BusinessID)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return alarm.Clock{}, fmt.Errorf("clock %s: %w", k, alarm.ErrNotFound)

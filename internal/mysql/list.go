@@ -16,7 +16,11 @@ func (s *Store) ListEach(ctx context.Context, q alarm.ListQuery, withPayload boo
 	if !withPayload {
 		cols = strings.Replace(cols, "payload,", "'' AS payload,", 1)
 	}
-	query, args := listSQL(q, cols)
+	apps, err := s.listApps(ctx, q)
+	if err != nil {
+		return err
+	}
+	query, args := listSQL(q, cols, apps)
 	rows, err := s.db.QueryxContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("list clocks: %w", mapErr(err))

@@ -55,7 +55,26 @@ func migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.Durat
 	if err != nil {
 		return err
 	}
-	res, err := p.Up(ctx)
+	// An empty goose_db_version, seen under the lock, means another
+	// instance is still creating it (seen once in CI with four instances
+	// started at once: the table visible, its version-0 row not yet):
+	// look again shortly rather than fail the start.
+	var res []*goose.MigrationResult
+	for attempt := 1; ; attempt++ {
+		res, err = p.Up(ctx)
+		if err == nil || attempt == 10 || !strings.Contains(err.Error(), "missing zero version") {
+			break
+		}
+		log.Info("goose_db_version is being created by another instance; trying again", "attempt", attempt)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migrate up: %w", ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+		if p, err = provider(db, log, wait); err != nil {
+			return err
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("migrate up: %w", err)
 	}

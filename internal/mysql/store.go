@@ -19,7 +19,8 @@ import (
 )
 
 const clockCols = `id, application, business_id, shard, status, payload, content_type, target_ring_at,
-latest_ring_at, max_attempts, attempts, next_try_time, last_error, rung_at, create_time, update_time, op_token`
+latest_ring_at, max_attempts, attempts, next_try_time, last_error, rung_at, create_time, update_time, op_token,
+` + scheduleCols
 
 // row is a clock as the table holds it.
 type row struct {
@@ -40,6 +41,7 @@ type row struct {
 	CreateTime   int64          `db:"create_time"`
 	UpdateTime   int64          `db:"update_time"`
 	OpToken      sql.NullInt64  `db:"op_token"`
+	scheduleRow
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
@@ -68,6 +70,7 @@ func (r row) clock() alarm.Clock {
 		MaxAttempts: r.MaxAttempts, Attempts: r.Attempts, NextTryAt: fromMS(r.NextTryTime),
 		LastError: r.LastError.String, RungAt: fromNullMS(r.RungAt),
 		CreatedAt: fromMS(r.CreateTime), UpdatedAt: fromMS(r.UpdateTime),
+		Schedule: r.spec(), Paused: r.Paused != 0, Occurrences: r.Occurrences,
 	}
 }
 
@@ -433,8 +436,15 @@ func (s *Store) Replay(ctx context.Context, k alarm.Key, now time.Time) (alarm.C
 
 // Reschedule changes a pending clock inside a transaction.
 func (s *Store) Reschedule(ctx context.Context, k alarm.Key, now time.Time, apply func(alarm.Clock) (alarm.Clock, error)) (alarm.Clock, error) {
+	return s.Change(ctx, k, "reschedule", now, apply)
+}
+
+// Change changes a pending clock inside a transaction: apply turns the
+// current clock into the new one (or refuses it); verb names the change.
+// It writes what a reschedule, a pause or a resume may change.
+func (s *Store) Change(ctx context.Context, k alarm.Key, verb string, now time.Time, apply func(alarm.Clock) (alarm.Clock, error)) (alarm.Clock, error) {
 	var invalid error
-	c, err := s.change(ctx, k, "reschedule", func(tx *sqlx.Tx, token int64) (bool, error) {
+	c, err := s.change(ctx, k, verb, func(tx *sqlx.Tx, token int64) (bool, error) {
 		cur, err := s.get(ctx, tx, k, true)
 		if err != nil {
 			return false, err
@@ -447,11 +457,13 @@ func (s *Store) Reschedule(ctx context.Context, k alarm.Key, now time.Time, appl
 			invalid = err
 			return false, errUnchanged
 		}
+		sr := scheduleRowOf(c)
 		_, err = tx.ExecContext(ctx, `UPDATE clock SET payload = ?, target_ring_at = ?, latest_ring_at = ?, max_attempts = ?,
-			next_try_time = ?, op_token = ?, update_time = ? WHERE id = ? AND status = 'pending'`,
-			c.Payload, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts, ms(c.NextTryAt), token, ms(now), c.ID)
+			next_try_time = ?, attempts = ?, `+scheduleSet+`, op_token = ?, update_time = ? WHERE id = ? AND status = 'pending'`,
+			append(append([]any{c.Payload, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts, ms(c.NextTryAt), c.Attempts},
+				sr.args()...), token, ms(now), c.ID)...)
 		if err != nil {
-			return false, fmt.Errorf("reschedule clock %s: %w", k, err)
+			return false, fmt.Errorf("%s clock %s: %w", verb, k, err)
 		}
 		return true, nil
 	})
@@ -463,7 +475,11 @@ func (s *Store) Reschedule(ctx context.Context, k alarm.Key, now time.Time, appl
 
 // List returns clocks newest first, below q.BeforeID when set.
 func (s *Store) List(ctx context.Context, q alarm.ListQuery) ([]alarm.Clock, error) {
-	query, args := listSQL(q, clockCols)
+	apps, err := s.listApps(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	query, args := listSQL(q, clockCols, apps)
 	var rows []row
 	if err := s.db.SelectContext(ctx, &rows, query, args...); err != nil {
 		return nil, fmt.Errorf("list clocks: %w", mapErr(err))
@@ -475,34 +491,67 @@ func (s *Store) List(ctx context.Context, q alarm.ListQuery) ([]alarm.Clock, err
 	return out, nil
 }
 
+// maxUnionApps: up to this many applications, a list by status alone is
+// one index range per application, merged.
+const maxUnionApps = 256
+
+// listApps returns, for a list by status alone, the applications to merge
+// (nil otherwise, or when there are too many of them to merge).
+func (s *Store) listApps(ctx context.Context, q alarm.ListQuery) ([]string, error) {
+	if q.Status == "" || q.Application != "" {
+		return nil, nil
+	}
+	apps, err := s.Applications(ctx, maxUnionApps+1)
+	if err != nil || len(apps) > maxUnionApps {
+		return nil, err
+	}
+	if len(apps) == 0 {
+		apps = []string{""} // no clocks at all: one empty range
+	}
+	return apps, nil
+}
+
 // listSQL is the list query, newest first, each case an index range read
 // backwards: by application and status, idx_clock_application_status_id;
 // by application alone, one range of it per status, merged; by status
-// alone, idx_clock_status_update when the status is rare, else the
-// primary key; neither, the primary key.
-func listSQL(q alarm.ListQuery, cols string) (string, []any) {
+// alone, one range per application (apps, when there are not too many of
+// them), merged, else idx_clock_status_update or the primary key as the
+// optimizer sees fit; neither, the primary key.
+func listSQL(q alarm.ListQuery, cols string, apps []string) (string, []any) {
 	limit := strconv.Itoa(q.Limit)
-	below := func(args []any) (string, []any) {
-		if q.BeforeID > 0 {
-			return " AND id < ?", append(args, q.BeforeID)
-		}
-		return "", args
-	}
-	if q.Application != "" && q.Status == "" {
+	// union merges the newest ids of each (application, status) range.
+	union := func(pairs [][2]string) (string, []any) {
 		var b strings.Builder
 		var args []any
 		b.WriteString("SELECT " + cols + " FROM (SELECT id FROM (")
-		for i, st := range []alarm.Status{alarm.StatusPending, alarm.StatusFiring, alarm.StatusRung, alarm.StatusCancelled, alarm.StatusExpired, alarm.StatusDead} {
+		for i, p := range pairs {
 			if i > 0 {
 				b.WriteString(" UNION ALL ")
 			}
-			args = append(args, q.Application, string(st))
-			var cond string
-			cond, args = below(args)
+			args = append(args, p[0], p[1])
+			cond := recurringCond(q.Recurring)
+			if q.BeforeID > 0 {
+				cond += " AND id < ?"
+				args = append(args, q.BeforeID)
+			}
 			b.WriteString("(SELECT id FROM clock WHERE application = ? AND status = ?" + cond + " ORDER BY id DESC LIMIT " + limit + ")")
 		}
 		b.WriteString(") u ORDER BY id DESC LIMIT " + limit + ") t JOIN clock USING (id) ORDER BY id DESC")
 		return b.String(), args
+	}
+	if q.Application != "" && q.Status == "" {
+		var pairs [][2]string
+		for _, st := range []alarm.Status{alarm.StatusPending, alarm.StatusFiring, alarm.StatusRung, alarm.StatusCancelled, alarm.StatusExpired, alarm.StatusDead} {
+			pairs = append(pairs, [2]string{q.Application, string(st)})
+		}
+		return union(pairs)
+	}
+	if q.Application == "" && q.Status != "" && len(apps) > 0 {
+		pairs := make([][2]string, len(apps))
+		for i, a := range apps {
+			pairs[i] = [2]string{a, string(q.Status)}
+		}
+		return union(pairs)
 	}
 	var where []string
 	var args []any
@@ -517,6 +566,9 @@ func listSQL(q alarm.ListQuery, cols string) (string, []any) {
 	if q.BeforeID > 0 {
 		where = append(where, "id < ?")
 		args = append(args, q.BeforeID)
+	}
+	if c := recurringCond(q.Recurring); c != "" {
+		where = append(where, strings.TrimPrefix(c, " AND "))
 	}
 	query := "SELECT " + cols + " FROM clock"
 	if len(where) > 0 {

@@ -80,6 +80,11 @@ func (m *Manager) round(ctx context.Context) error {
 	if err := m.store.Heartbeat(ctx, m.cfg.InstanceID, m.cfg.HTTPAddr, m.started, ttl); err != nil {
 		return err
 	}
+	if m.cfg.Report != nil {
+		if err := m.cfg.Report(ctx); err != nil {
+			m.log.Debug("instance stats not written", "err", err)
+		}
+	}
 	live, err := m.store.LiveInstances(ctx)
 	if err != nil {
 		return err

@@ -56,7 +56,11 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Held, when set, returns the claim tokens of the clocks the ring loop
 	// holds: recovery of firing clocks leaves them alone.
-	Held       func() []int64
+	Held func() []int64
+	// Report, when set, is called after each heartbeat: it writes what
+	// other instances show of this one (the console's heap sizes). Its
+	// failure is logged, never fails the lease round.
+	Report     func(ctx context.Context) error
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	Now        func() time.Time

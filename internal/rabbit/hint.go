@@ -24,13 +24,14 @@ import (
 // here is counted (clockd_hints_dropped_total) and logged, at most once a
 // minute per reason.
 type Hints struct {
-	url, exchange, self string
-	log                 *slog.Logger
-	onHint              func(alarm.Due)
-	retry               backoff.Policy
-	maxPending          int
-	dropped             *prometheus.CounterVec
-	dropLog             *logLimiter
+	urls           []string // the nodes, tried in turn
+	exchange, self string
+	log            *slog.Logger
+	onHint         func(alarm.Due)
+	retry          backoff.Policy
+	maxPending     int
+	dropped        *prometheus.CounterVec
+	dropLog        *logLimiter
 
 	mu      sync.Mutex
 	pending []alarm.Due
@@ -39,7 +40,7 @@ type Hints struct {
 
 // HintConfig configures Hints.
 type HintConfig struct {
-	URL        string
+	URL        string // one broker URL or several separated by commas, as Config.URL
 	Exchange   string // the ring exchange; hints use Exchange + ".hints"
 	InstanceID string
 	Logger     *slog.Logger
@@ -69,7 +70,7 @@ func NewHints(cfg HintConfig) *Hints {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Hints{url: cfg.URL, exchange: cfg.Exchange + ".hints", self: cfg.InstanceID,
+	h := &Hints{urls: SplitURLs(cfg.URL), exchange: cfg.Exchange + ".hints", self: cfg.InstanceID,
 		log: cfg.Logger, onHint: cfg.OnHint, signal: make(chan struct{}, 1),
 		retry:      backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		maxPending: maxPendingHints,
@@ -142,29 +143,35 @@ func (h *Hints) Run(ctx context.Context) error {
 		h.mu.Unlock()
 		h.drop(dropShutdown, n, nil)
 	}()
-	attempt := 0
+	// Like the publisher: the next node at once after a loss, a backoff
+	// only after a whole round through the list failed.
+	attempt, next := 0, 0
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := h.session(ctx)
+		err := h.session(ctx, h.urls[next])
 		if ctx.Err() != nil {
 			return nil
 		}
 		if time.Since(start) > 10*time.Second {
 			attempt = 0
 		}
-		h.log.Debug("hint connection lost", "err", err)
+		h.log.Debug("hint connection lost", "node", nodeName(h.urls[next]), "err", err)
+		next = (next + 1) % len(h.urls)
+		attempt++
+		if attempt%len(h.urls) != 0 {
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(h.retry.Delay(attempt)):
+		case <-time.After(h.retry.Delay(attempt/len(h.urls) - 1)):
 		}
-		attempt++
 	}
 	return nil
 }
 
-func (h *Hints) session(ctx context.Context) error {
-	conn, err := amqp.DialConfig(h.url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Properties: amqp.Table{"connection_name": "clockd-hints " + h.self}})
+func (h *Hints) session(ctx context.Context, url string) error {
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Properties: amqp.Table{"connection_name": "clockd-hints " + h.self}})
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -199,7 +200,9 @@ func (l *lane) onConfirm(c amqp.Confirmation) {
 // as failed costs a duplicate, reporting a returned one as rung loses it.
 // Called with mu held.
 func (l *lane) onReturn(r *amqp.Return) {
-	id, err := strconv.ParseInt(r.MessageId, 10, 64)
+	// "<id>" or, for an occurrence of a recurring clock, "<id>:<ms>"
+	clockID, _, _ := strings.Cut(r.MessageId, ":")
+	id, err := strconv.ParseInt(clockID, 10, 64)
 	if err != nil {
 		l.p.log.Error("rabbitmq return without a clock id", "message_id", r.MessageId, "routing_key", r.RoutingKey)
 		return
@@ -351,6 +354,12 @@ func (l *lane) publish(ctx context.Context, b *batch, msgs []Message) stop {
 		l.hdr[HeaderBusinessID] = m.BusinessID
 		l.hdr[HeaderRingAt] = string(m.RingAt.UTC().AppendFormat(ringAt[:0], RingAtFormat))
 		l.hdr[HeaderAttempt] = attempt(m.Attempt)
+		if m.Occurrence.IsZero() {
+			delete(l.hdr, HeaderOccurrence)
+		} else {
+			id += ":" + strconv.FormatInt(m.Occurrence.UnixMilli(), 10)
+			l.hdr[HeaderOccurrence] = m.Occurrence.UTC().Format(RingAtFormat)
+		}
 		pub.ContentType = m.ContentType
 		pub.MessageId = id
 		pub.Body = m.Body

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,10 @@ type Message struct {
 	BusinessID  string    // header x-clock-business-id
 	RingAt      time.Time // header x-clock-ring-at, RFC 3339 with milliseconds, UTC
 	Attempt     int       // header x-clock-attempt (1, 2, ...), an int32 header value
+	// Occurrence is set for an occurrence of a recurring clock: its
+	// scheduled time; the message_id is then "<id>:<ms since the epoch>"
+	// and the header x-clock-occurrence carries it (RFC 3339).
+	Occurrence  time.Time
 	ContentType string
 	Body        []byte
 }
@@ -36,6 +42,7 @@ const (
 	HeaderBusinessID  = "x-clock-business-id"
 	HeaderRingAt      = "x-clock-ring-at"
 	HeaderAttempt     = "x-clock-attempt"
+	HeaderOccurrence  = "x-clock-occurrence"
 )
 
 // RingAtFormat is the layout of the x-clock-ring-at header (always UTC).
@@ -61,6 +68,9 @@ var (
 
 // Config configures a Publisher. Zero durations take their defaults.
 type Config struct {
+	// URL is one broker URL, or the URLs of several nodes of one cluster
+	// separated by commas. The publisher is connected to one node at a time
+	// and moves to the next in the list when it loses it.
 	URL            string
 	Exchange       string        // declared durable, type direct, at each (re)connect
 	ConfirmTimeout time.Duration // default 5s; also bounds a blocked socket write
@@ -108,8 +118,13 @@ type Publisher struct {
 	// rings no queue takes.
 	unroutable *logLimiter
 
+	urls []string // the nodes, tried in turn from the first
+
 	running atomic.Bool
 	sess    atomic.Pointer[session] // nil while disconnected
+	// movingSince is set (unix nanoseconds) while the publisher moves to
+	// another node after losing one, for the first round through the list.
+	movingSince atomic.Int64
 
 	mu      sync.Mutex
 	readyCh chan struct{} // closed while connected; replaced on loss
@@ -126,8 +141,14 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("rabbit: URL is required")
 	}
-	if _, err := amqp.ParseURI(cfg.URL); err != nil {
-		return nil, fmt.Errorf("rabbit: URL: %w", err)
+	urls := SplitURLs(cfg.URL)
+	for i, u := range urls {
+		if _, err := amqp.ParseURI(u); err != nil {
+			if len(urls) == 1 {
+				return nil, fmt.Errorf("rabbit: URL: %w", err)
+			}
+			return nil, fmt.Errorf("rabbit: URL %d of %d: %w", i+1, len(urls), err)
+		}
 	}
 	if cfg.Exchange == "" {
 		return nil, errors.New("rabbit: Exchange is required")
@@ -171,6 +192,7 @@ func New(cfg Config) (*Publisher, error) {
 	}
 	return &Publisher{
 		cfg:             cfg,
+		urls:            urls,
 		log:             cfg.Logger.With("component", "rabbit"),
 		metrics:         m,
 		retry:           backoff.Policy{Min: cfg.ReconnectMin, Max: cfg.ReconnectMax},
@@ -181,13 +203,42 @@ func New(cfg Config) (*Publisher, error) {
 	}, nil
 }
 
+// SplitURLs splits a list of broker URLs separated by commas, trimming
+// spaces around each. An empty element stays (as "") for New to refuse.
+func SplitURLs(list string) []string {
+	urls := strings.Split(list, ",")
+	for i, u := range urls {
+		urls[i] = strings.TrimSpace(u)
+	}
+	return urls
+}
+
+// nodeName names the node of a URL for logs: host:port, never the password.
+func nodeName(u string) string {
+	uri, err := amqp.ParseURI(u)
+	if err != nil {
+		return "?"
+	}
+	return net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+}
+
 // Ready returns nil when connected with confirm channels and not blocked by
 // the broker; otherwise an error saying why.
+//
+// While the publisher moves to the next node of a cluster after losing one
+// it stays ready for one round through the list, at most DialTimeout: the
+// move takes a moment, the API does not need the broker meanwhile (rings
+// wait, unsent, with no attempt counted), and a readiness probe that took
+// the instance out of service for every node restart would do more harm
+// than the wait. If no node answers within that round it is not ready.
 func (p *Publisher) Ready() error {
 	if s := p.sess.Load(); s != nil {
 		if reason := s.blockedReason(); reason != "" {
 			return fmt.Errorf("rabbitmq: connection blocked by broker: %s", reason)
 		}
+		return nil
+	}
+	if since := p.movingSince.Load(); since != 0 && time.Since(time.Unix(0, since)) < p.cfg.DialTimeout {
 		return nil
 	}
 	p.mu.Lock()
@@ -214,6 +265,11 @@ func (p *Publisher) WaitReady(ctx context.Context) error {
 
 // Run connects, and reconnects with capped exponential backoff and jitter
 // whenever the connection or one of its channels is lost, until ctx is done.
+// With several URLs it connects to the first and, when a node is lost or
+// does not answer, goes on at once with the next (wrapping around); it backs
+// off only after a whole round through the list failed. Unconfirmed
+// messages of a lost connection fail with ErrUnavailable, so the ring loop
+// publishes them again (same message_id) on the next node.
 // It returns nil on ctx cancel, after closing the connection and stopping
 // every goroutine it started. It must not be called twice.
 func (p *Publisher) Run(ctx context.Context) error {
@@ -221,59 +277,76 @@ func (p *Publisher) Run(ctx context.Context) error {
 		return errors.New("rabbit: Run called twice")
 	}
 	defer p.running.Store(false)
+	defer p.movingSince.Store(0)
 
 	var (
-		attempt   int  // failed attempts since the last good connection
+		next      int  // index in p.urls of the node to try next
+		tries     int  // failed attempts (or short sessions) since the last good connection
 		warned    bool // a Warn was logged for the current outage
 		connected bool // at least one connection was made
 		lostAt    time.Time
 	)
+	n := len(p.urls)
+	// pause is called after each failed attempt: it moves to the next node
+	// and sleeps only when a whole round through the list has failed.
+	pause := func() bool {
+		next = (next + 1) % n
+		tries++
+		if tries%n != 0 {
+			return true
+		}
+		p.movingSince.Store(0) // a round failed: no longer "moving"
+		return sleep(ctx, p.retry.Delay(tries/n-1))
+	}
 	for {
-		s, err := p.connect(ctx)
+		url := p.urls[next]
+		s, err := p.connect(ctx, url)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			p.setStatus(fmt.Errorf("rabbitmq: not connected: %w", err))
 			if !warned {
-				p.log.Warn("rabbitmq unavailable, retrying", "err", err)
+				p.log.Warn("rabbitmq unavailable, retrying", "node", nodeName(url), "err", err)
 				warned = true
 			} else {
-				p.log.Debug("rabbitmq connect failed", "err", err, "attempt", attempt+1)
+				p.log.Debug("rabbitmq connect failed", "node", nodeName(url), "err", err, "attempt", tries+1)
 			}
-			if !sleep(ctx, p.retry.Delay(attempt)) {
+			if !pause() {
 				return nil
 			}
-			attempt++
 			continue
 		}
 
 		if connected {
 			p.metrics.reconnects.Inc()
-			p.log.Info("rabbitmq reconnected", "down_for", time.Since(lostAt).Round(time.Millisecond).String(), "channels", len(s.lanes))
+			p.log.Info("rabbitmq reconnected", "node", nodeName(url), "down_for", time.Since(lostAt).Round(time.Millisecond).String(), "channels", len(s.lanes))
 		} else {
-			p.log.Info("rabbitmq connected", "channels", len(s.lanes))
+			p.log.Info("rabbitmq connected", "node", nodeName(url), "channels", len(s.lanes))
 		}
 		connected, warned = true, false
 		upAt := time.Now()
 		p.publish(s)
+		p.movingSince.Store(0)
 
 		reason := p.serve(ctx, s)
+		if n > 1 && ctx.Err() == nil {
+			p.movingSince.Store(time.Now().UnixNano())
+		}
 		p.unpublish(s, reason)
 		s.teardown()
 		if ctx.Err() != nil {
 			return nil
 		}
 		lostAt = time.Now()
-		p.log.Warn("rabbitmq connection lost", "err", reason)
+		p.log.Warn("rabbitmq connection lost", "node", nodeName(url), "err", reason)
 		warned = true
 		if time.Since(upAt) > p.cfg.ReconnectMax {
-			attempt = 0
+			tries = 0
 		}
-		if !sleep(ctx, p.retry.Delay(attempt)) {
+		if !pause() {
 			return nil
 		}
-		attempt++
 	}
 }
 

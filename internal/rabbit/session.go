@@ -34,7 +34,7 @@ type session struct {
 // connect dials, declares the exchange and opens the confirm channels. The
 // whole setup is bounded by DialTimeout and by ctx: either closes the socket,
 // which makes every pending amqp091 call fail.
-func (p *Publisher) connect(ctx context.Context) (_ *session, err error) {
+func (p *Publisher) connect(ctx context.Context, url string) (_ *session, err error) {
 	var (
 		mu     sync.Mutex
 		raw    net.Conn
@@ -95,7 +95,7 @@ func (p *Publisher) connect(ctx context.Context) (_ *session, err error) {
 	}
 	props := amqp.NewConnectionProperties()
 	props["connection_name"] = p.cfg.ConnectionName
-	c, err := amqp.DialConfig(p.cfg.URL, amqp.Config{Dial: dial, Properties: props})
+	c, err := amqp.DialConfig(url, amqp.Config{Dial: dial, Properties: props})
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}

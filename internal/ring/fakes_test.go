@@ -26,7 +26,8 @@ type fakeStore struct {
 	rung      []int64
 	expired   []int64
 	unclaimed []int64
-	firing    int // rows firing now
+	advanced  []alarm.Advance // recurring occurrences recorded, in order
+	firing    int             // rows firing now
 	maxFiring int
 
 	claimErr   error // Claim fails with it...
@@ -155,6 +156,36 @@ func (s *fakeStore) Fail(_ context.Context, outs []alarm.Outcome, tokens []int64
 			}
 			s.fails = append(s.fails, o)
 		}
+	}
+	return nil
+}
+
+// Advance moves recurring clocks to their next occurrence, as the MySQL
+// store does in one transaction.
+func (s *fakeStore) Advance(_ context.Context, advs []alarm.Advance, tokens []int64, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writeErr != nil {
+		return s.writeErr
+	}
+	for _, a := range advs {
+		c := s.rows[a.ID]
+		if !s.fenced(a.ID, tokens) {
+			continue
+		}
+		s.advanced = append(s.advanced, a)
+		c.Occurrences = a.Occurrences
+		if a.Status == alarm.StatusRung {
+			c.RungAt, c.LastError = a.At, ""
+		} else {
+			c.LastError = a.Error
+		}
+		if a.Next.IsZero() {
+			s.setStatus(c, a.Status)
+			continue
+		}
+		s.setStatus(c, alarm.StatusPending)
+		c.RingAt, c.NextTryAt, c.Attempts = a.Next, a.NextTryAt, 0
 	}
 	return nil
 }

@@ -53,17 +53,27 @@ func (l *Loop) firer(ctx context.Context) {
 // whoever owns the shard.
 func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 	var expired []int64
+	var skipped []alarm.Advance
 	ready := make([]claimed, 0, len(batch))
 	for _, c := range batch {
-		if !c.LatestRingAt.IsZero() && now.After(c.LatestRingAt) {
+		if by := c.RingBy(); !by.IsZero() && now.After(by) {
+			if c.Recurring() {
+				// the occurrence is skipped; the clock moves on
+				skipped = append(skipped, alarm.AdvanceOf(c.Clock, alarm.StatusExpired, now, now,
+					"occurrence_deadline passed before the occurrence could ring"))
+				continue
+			}
 			expired = append(expired, c.ID)
 			continue
 		}
 		ready = append(ready, c)
 	}
-	if len(expired) > 0 {
-		l.m.rings.WithLabelValues("expired").Add(float64(len(expired)))
-		l.report(func(r *results) { r.expired = append(r.expired, expired...) })
+	if n := len(expired) + len(skipped); n > 0 {
+		l.m.rings.WithLabelValues("expired").Add(float64(n))
+		l.report(func(r *results) {
+			r.expired = append(r.expired, expired...)
+			r.advance = append(r.advance, skipped...)
+		})
 	}
 	if len(ready) == 0 {
 		return
@@ -108,6 +118,7 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 		cancel()
 		end := l.clk.Now()
 		var rung []alarm.Rung
+		var advance []alarm.Advance
 		var failed []alarm.Outcome
 		var failedClocks, notSent []alarm.Clock
 		for i, r := range res {
@@ -123,7 +134,11 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 				continue
 			}
 			if r.Err == nil {
-				rung = append(rung, alarm.Rung{ID: c.ID, At: at})
+				if c.Recurring() {
+					advance = append(advance, alarm.AdvanceOf(c, alarm.StatusRung, at, end, ""))
+				} else {
+					rung = append(rung, alarm.Rung{ID: c.ID, At: at})
+				}
 				if rings[i].Attempt == 1 {
 					l.m.lateness.Observe(at.Sub(c.RingAt).Seconds())
 				}
@@ -133,13 +148,19 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 			o := l.cfg.Retry.Outcome(c, at, r.Err)
 			if o.Status != alarm.StatusPending {
 				l.m.rings.WithLabelValues(string(o.Status)).Inc()
+				if c.Recurring() {
+					// the occurrence is given up; the clock moves on
+					advance = append(advance, alarm.AdvanceOf(c, o.Status, at, end, o.Error))
+					continue
+				}
 			}
 			failed = append(failed, o)
 			failedClocks = append(failedClocks, c)
 		}
-		l.m.rings.WithLabelValues("rung").Add(float64(len(rung)))
+		l.m.rings.WithLabelValues("rung").Add(float64(len(rung) + len(advance)))
 		l.report(func(r *results) {
 			r.rung = append(r.rung, rung...)
+			r.advance = append(r.advance, advance...)
 			r.failed = append(r.failed, failed...)
 			r.failCls = append(r.failCls, failedClocks...)
 			r.unclaim = append(r.unclaim, notSent...)

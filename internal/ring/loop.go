@@ -32,6 +32,10 @@ type Store interface {
 	Fail(ctx context.Context, outs []alarm.Outcome, tokens []int64, now time.Time) error
 	Expire(ctx context.Context, ids, tokens []int64, now time.Time) error
 	Unclaim(ctx context.Context, ids, tokens []int64, now time.Time) error
+	// Advance records the outcome of recurring clocks' current
+	// occurrences (rung, expired or dead) and moves each to its next
+	// occurrence, in one transaction.
+	Advance(ctx context.Context, advs []alarm.Advance, tokens []int64, now time.Time) error
 }
 
 // Ring is one message to publish: a claimed clock and its attempt number.
@@ -157,10 +161,12 @@ type results struct {
 	failCls []alarm.Clock
 	expired []int64
 	unclaim []alarm.Clock
+	// advance: recurring clocks whose occurrence rang or was given up
+	advance []alarm.Advance
 }
 
 func (r *results) empty() bool {
-	return len(r.rung)+len(r.failed)+len(r.expired)+len(r.unclaim) == 0
+	return len(r.rung)+len(r.failed)+len(r.expired)+len(r.unclaim)+len(r.advance) == 0
 }
 
 type metrics struct {

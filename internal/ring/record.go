@@ -58,6 +58,9 @@ func (l *Loop) record(ctx context.Context, r *results) error {
 	if err := l.writeRung(ctx, r); err != nil {
 		return err
 	}
+	if err := l.writeAdvance(ctx, r, now); err != nil {
+		return err
+	}
 	err := l.write(idsOf(r.failed, outcomeID), func(ids, toks []int64) error {
 		return l.store.Fail(ctx, r.failed[:len(ids)], toks, now)
 	}, func(n int) {
@@ -91,8 +94,37 @@ func (l *Loop) record(ctx context.Context, r *results) error {
 // (one after another they capped the ring rate: each is a round trip of
 // tens of milliseconds under load); r.rung keeps what failed, for the retry.
 func (l *Loop) writeRung(ctx context.Context, r *results) error {
-	var chunks [][]alarm.Rung
-	for rest := r.rung; len(rest) > 0; {
+	failed, _, err := writeChunks(l, r.rung, rungID, func(c []alarm.Rung, toks []int64) error {
+		return l.store.MarkRung(ctx, c, toks)
+	})
+	r.rung = failed
+	return err
+}
+
+// writeAdvance records the occurrences of recurring clocks that rang or
+// were given up, in chunks, Recorders at once (like writeRung: each is a
+// transaction of a few statements), and offers each clock's next
+// occurrence to the feeder (due at once when it was missed); r.advance
+// keeps what failed, for the retry.
+func (l *Loop) writeAdvance(ctx context.Context, r *results, now time.Time) error {
+	failed, written, err := writeChunks(l, r.advance, advanceID, func(c []alarm.Advance, toks []int64) error {
+		return l.store.Advance(ctx, c, toks, now)
+	})
+	for _, a := range written {
+		if !a.Next.IsZero() {
+			l.feed.Offer(alarm.Due{ID: a.ID, Shard: a.Shard, At: a.NextTryAt})
+		}
+	}
+	r.advance = failed
+	return err
+}
+
+// writeChunks writes items in chunks of recordChunk, Recorders of them at
+// once, each fenced by the claim tokens of its clocks, and returns the
+// items of the chunks that failed and of those written.
+func writeChunks[T any](l *Loop, items []T, id func(T) int64, write func(chunk []T, toks []int64) error) (failed, written []T, err error) {
+	var chunks [][]T
+	for rest := items; len(rest) > 0; {
 		n := min(len(rest), recordChunk)
 		chunks = append(chunks, rest[:n])
 		rest = rest[n:]
@@ -105,23 +137,23 @@ func (l *Loop) writeRung(ctx context.Context, r *results) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ids := idsOf(c, rungID)
+			ids := idsOf(c, id)
 			toks, used := l.tokensOf(ids)
-			if errs[i] = l.store.MarkRung(ctx, c, toks); errs[i] == nil {
+			if errs[i] = write(c, toks); errs[i] == nil {
 				l.forget(ids, used)
 				done[i] = true
 			}
 		})
 	}
 	wg.Wait()
-	var failed []alarm.Rung
 	for i, c := range chunks {
-		if !done[i] {
+		if done[i] {
+			written = append(written, c...)
+		} else {
 			failed = append(failed, c...)
 		}
 	}
-	r.rung = failed
-	return errors.Join(errs...)
+	return failed, written, errors.Join(errs...)
 }
 
 // write records outcomes of ids in chunks, fenced by their claim tokens;
@@ -151,6 +183,7 @@ func idsOf[T any](xs []T, id func(T) int64) []int64 {
 
 func rungID(r alarm.Rung) int64       { return r.ID }
 func outcomeID(o alarm.Outcome) int64 { return o.ID }
+func advanceID(a alarm.Advance) int64 { return a.ID }
 func clockID(c alarm.Clock) int64     { return c.ID }
 
 // tokensOf returns the distinct claim tokens of ids, and each id's token.

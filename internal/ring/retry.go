@@ -31,7 +31,7 @@ func (r Retry) Outcome(c alarm.Clock, now time.Time, err error) alarm.Outcome {
 		return o
 	}
 	next := now.Add(r.Backoff(attempt)).Truncate(time.Millisecond)
-	if !c.LatestRingAt.IsZero() && next.After(c.LatestRingAt) {
+	if by := c.RingBy(); !by.IsZero() && next.After(by) {
 		o.Status = alarm.StatusExpired
 		return o
 	}

@@ -133,22 +133,7 @@ func Consume(t testing.TB, url, exchange, app string) *Consumer {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for {
-			c.consume(msgs)
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-				if msgs, err = connect(); err == nil {
-					c.mu.Lock()
-					c.Reconnects++
-					c.mu.Unlock()
-					break
-				}
-			}
-		}
+		c.keepConsuming(msgs, connect, 100*time.Millisecond, func() {}, stop)
 	}()
 	t.Cleanup(func() {
 		close(stop)
@@ -221,6 +206,32 @@ func (c *Consumer) WaitDistinct(n int, limit time.Duration) bool {
 		case <-deadline:
 			return c.Distinct() >= n
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// keepConsuming records msgs and, each time the broker ends the delivery
+// channel, calls lost and connects again every retry until it works or
+// stop is closed.
+func (c *Consumer) keepConsuming(msgs <-chan amqp.Delivery, connect func() (<-chan amqp.Delivery, error),
+	retry time.Duration, lost func(), stop <-chan struct{}) {
+	for {
+		c.consume(msgs)
+		lost()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(retry):
+			}
+			m, err := connect()
+			if err == nil {
+				msgs = m
+				c.mu.Lock()
+				c.Reconnects++
+				c.mu.Unlock()
+				break
+			}
 		}
 	}
 }

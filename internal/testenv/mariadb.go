@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -37,6 +38,7 @@ type MariaDB struct {
 	t    testing.TB
 	Dir  string // datadir, socket, logs: kept across Stop/Kill and Start
 	Port int
+	opts MariaDBOptions
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -44,10 +46,30 @@ type MariaDB struct {
 	err  error         // cmd's exit status
 }
 
+// MariaDBOptions configure a private server beyond the defaults (for a
+// replication pair).
+type MariaDBOptions struct {
+	// ServerID is server_id (0: the server's default, 1).
+	ServerID int
+	// LogBin turns the binary log on (in Dir, files binlog.*); it is off
+	// otherwise.
+	LogBin bool
+	// Extra holds my.cnf lines of the [mariadbd] section, "name=value" or
+	// "name", passed as --name=value options (e.g.
+	// "rpl_semi_sync_master_enabled=ON"); they come last and win.
+	Extra []string
+}
+
 // StartMariaDB starts a fresh MariaDB server on a free port, waits until
 // it answers, and removes it (process and files) when the test ends. When
 // MariaDB is not installed the test fails, saying how to install it.
 func StartMariaDB(t testing.TB) *MariaDB {
+	t.Helper()
+	return StartMariaDBWith(t, MariaDBOptions{})
+}
+
+// StartMariaDBWith is StartMariaDB with options.
+func StartMariaDBWith(t testing.TB, opts MariaDBOptions) *MariaDB {
 	t.Helper()
 	for _, p := range []string{mariadbdPath, installDBPath} {
 		if _, err := os.Stat(p); err != nil {
@@ -59,7 +81,7 @@ func StartMariaDB(t testing.TB) *MariaDB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &MariaDB{t: t, Dir: dir, Port: freePort(t)}
+	m := &MariaDB{t: t, Dir: dir, Port: freePort(t), opts: opts}
 	t.Cleanup(func() {
 		m.Kill()
 		if t.Failed() {
@@ -158,10 +180,21 @@ func (m *MariaDB) Start() {
 		"--pid-file=" + filepath.Join(m.Dir, "mysqld.pid"),
 		"--log-error=" + filepath.Join(m.Dir, "error.log"),
 		"--port=" + strconv.Itoa(m.Port), "--bind-address=127.0.0.1",
-		"--skip-name-resolve", "--skip-log-bin",
+		"--skip-name-resolve",
 		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=8M",
 		"--max-connections=500",
 		"--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
+	}
+	if m.opts.LogBin {
+		args = append(args, "--log-bin="+filepath.Join(m.Dir, "binlog"), "--binlog-format=ROW")
+	} else {
+		args = append(args, "--skip-log-bin")
+	}
+	if m.opts.ServerID != 0 {
+		args = append(args, "--server-id="+strconv.Itoa(m.opts.ServerID))
+	}
+	for _, line := range m.opts.Extra {
+		args = append(args, "--"+strings.TrimSpace(line))
 	}
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root") // mariadbd refuses to run as root otherwise

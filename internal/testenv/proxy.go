@@ -22,16 +22,16 @@ import (
 //     moves in either direction until Resume (a SIGSTOPped server whose
 //     kernel still holds the sockets, a network black hole).
 type Proxy struct {
-	t      testing.TB
-	Addr   string // where clients connect
-	target string
+	t    testing.TB
+	Addr string // where clients connect
 
-	mu    sync.Mutex
-	ln    net.Listener // nil while cut
-	links map[*link]struct{}
-	gate  chan struct{} // non-nil while stalled; closed by Resume
-	trap  *trap         // armed by CutOn
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	target string       // guarded by mu: SetTarget moves it
+	ln     net.Listener // nil while cut
+	links  map[*link]struct{}
+	gate   chan struct{} // non-nil while stalled; closed by Resume
+	trap   *trap         // armed by CutOn
+	wg     sync.WaitGroup
 }
 
 // trap cuts the connection that sends a chunk containing pattern.
@@ -99,6 +99,22 @@ func StartProxy(t testing.TB, target string) *Proxy {
 		p.wg.Wait()
 	})
 	return p
+}
+
+// SetTarget points new connections at another address (a replica promoted
+// to primary: the endpoint moves); the connections already proxied stay on
+// the old target until they end or KillConns closes them.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
+// Target is the address new connections are forwarded to.
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
 }
 
 // Cut stops accepting (the port is closed: connecting is refused) and
@@ -198,7 +214,7 @@ func (p *Proxy) serve(ln net.Listener) {
 // pipe forwards c to the target until either side closes, Cut or
 // KillConns.
 func (p *Proxy) pipe(c net.Conn) {
-	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	up, err := net.DialTimeout("tcp", p.Target(), 5*time.Second)
 	if err != nil {
 		c.Close()
 		return

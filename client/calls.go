@@ -1,0 +1,210 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// Create sets a clock. created is true when this call made it (201) and
+// false when an identical clock already existed (200: a repeated create,
+// nothing changed). A clock of the same key with other content is
+// ErrConflict. Retried on network errors and 503 (see the package doc).
+func (c *Client) Create(ctx context.Context, n NewClock) (clock Clock, created bool, err error) {
+	status, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/clocks", body: n.body(), retry: true}, &clock)
+	if err != nil {
+		return Clock{}, false, err
+	}
+	return clock, status == http.StatusCreated, nil
+}
+
+// MaxBatch is the most clocks one CreateBatch may carry.
+const MaxBatch = 1000
+
+// BatchResult is the outcome of one clock of a batch.
+type BatchResult struct {
+	Clock   Clock
+	Created bool  // 201; false with a nil Err: an identical clock existed
+	Err     error // an *Error (errors.Is works) when this clock was refused
+}
+
+// CreateBatch sets up to MaxBatch clocks in one request and returns one
+// result per clock, in order; each is applied or refused on its own.
+// Retried on network errors and 503 like Create: a repeated batch answers
+// 200 for the clocks the first attempt made.
+func (c *Client) CreateBatch(ctx context.Context, clocks []NewClock) ([]BatchResult, error) {
+	if len(clocks) > MaxBatch {
+		return nil, fmt.Errorf("client: a batch of %d clocks: at most %d", len(clocks), MaxBatch)
+	}
+	req := struct {
+		Clocks []createBody `json:"clocks"`
+	}{Clocks: make([]createBody, len(clocks))}
+	for i, n := range clocks {
+		req.Clocks[i] = n.body()
+	}
+	var ans struct {
+		Results []struct {
+			Status int    `json:"status"`
+			Clock  *Clock `json:"clock"`
+			Error  *struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		} `json:"results"`
+	}
+	const path = "/v1/clocks/batch"
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: path, body: req, retry: true}, &ans); err != nil {
+		return nil, err
+	}
+	if len(ans.Results) != len(clocks) {
+		return nil, fmt.Errorf("POST %s: %d results for %d clocks", path, len(ans.Results), len(clocks))
+	}
+	out := make([]BatchResult, len(clocks))
+	for i, r := range ans.Results {
+		switch {
+		case r.Clock != nil && r.Status < 300:
+			out[i] = BatchResult{Clock: *r.Clock, Created: r.Status == http.StatusCreated}
+		default:
+			e := &Error{Status: r.Status, Method: http.MethodPost, Path: path + " [" + strconv.Itoa(i) + "]"}
+			if r.Error != nil {
+				e.Code, e.Message = r.Error.Code, r.Error.Message
+			}
+			out[i] = BatchResult{Err: e}
+		}
+	}
+	return out, nil
+}
+
+// Get reads a clock, from the history too (Archived) once it finished and
+// left the clock table. Retried.
+func (c *Client) Get(ctx context.Context, application, businessID string) (Clock, error) {
+	return c.clockCall(ctx, http.MethodGet, clockPath(application, businessID), nil, true)
+}
+
+// Cancel cancels a pending clock: once it returned without error the clock
+// never rings. ErrConflict when it is no longer pending. Not retried.
+func (c *Client) Cancel(ctx context.Context, application, businessID string) (Clock, error) {
+	return c.clockCall(ctx, http.MethodDelete, clockPath(application, businessID), nil, false)
+}
+
+// Reschedule changes a pending clock (its time, payload, limits or
+// schedule). ErrConflict when it is no longer pending. Not retried.
+func (c *Client) Reschedule(ctx context.Context, application, businessID string, ch Change) (Clock, error) {
+	return c.clockCall(ctx, http.MethodPatch, clockPath(application, businessID), ch.body(), false)
+}
+
+// Replay puts an expired or dead clock back to pending, due now.
+// ErrConflict when it is neither. Not retried.
+func (c *Client) Replay(ctx context.Context, application, businessID string) (Clock, error) {
+	return c.clockCall(ctx, http.MethodPost, clockPath(application, businessID)+"/replay", nil, false)
+}
+
+// Pause stops a pending recurring clock from ringing until Resume.
+// ErrConflict when it is not a pending recurring clock. Not retried.
+func (c *Client) Pause(ctx context.Context, application, businessID string) (Clock, error) {
+	return c.clockCall(ctx, http.MethodPost, clockPath(application, businessID)+"/pause", nil, false)
+}
+
+// Resume lets a paused recurring clock ring again from its next
+// occurrence. ErrConflict when it is not paused. Not retried.
+func (c *Client) Resume(ctx context.Context, application, businessID string) (Clock, error) {
+	return c.clockCall(ctx, http.MethodPost, clockPath(application, businessID)+"/resume", nil, false)
+}
+
+func (c *Client) clockCall(ctx context.Context, method, path string, body any, retry bool) (Clock, error) {
+	var out Clock
+	if _, err := c.do(ctx, call{method: method, path: path, body: body, retry: retry}, &out); err != nil {
+		return Clock{}, err
+	}
+	return out, nil
+}
+
+// Query selects the clocks of List and ListPage; zero fields select all.
+type Query struct {
+	Application string
+	Status      Status
+	Recurring   *bool // only recurring clocks (true) or only one-shot ones (false)
+	// Limit is the most clocks per page (1-1000; 0: the server's default,
+	// 100). A page may hold fewer: clockd bounds its size in bytes.
+	Limit int
+	// NoPayload leaves the payloads out: smaller, faster pages.
+	NoPayload bool
+	// After is the cursor to start from: the Next of a previous page.
+	After string
+}
+
+// Page is one answer of the list call.
+type Page struct {
+	Clocks []Clock
+	Next   string // the cursor of the next page; empty on the last one
+}
+
+// ListPage reads one page of clocks, newest first. Retried.
+func (c *Client) ListPage(ctx context.Context, q Query) (Page, error) {
+	v := url.Values{}
+	if q.Application != "" {
+		v.Set("application", q.Application)
+	}
+	if q.Status != "" {
+		v.Set("status", string(q.Status))
+	}
+	if q.Recurring != nil {
+		v.Set("recurring", strconv.FormatBool(*q.Recurring))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.NoPayload {
+		v.Set("payload", "false")
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	var ans struct {
+		Clocks []Clock `json:"clocks"`
+		Next   string  `json:"next"`
+	}
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/clocks", query: v, retry: true}, &ans); err != nil {
+		return Page{}, err
+	}
+	return Page{Clocks: ans.Clocks, Next: ans.Next}, nil
+}
+
+// List iterates over every clock q selects, newest first, reading page
+// after page as the loop goes on:
+//
+//	for clock, err := range c.List(ctx, client.Query{Application: "order", Status: client.Dead}) {
+//		if err != nil { return err }
+//		...
+//	}
+//
+// A failed page is yielded once as an error, and the iteration ends.
+func (c *Client) List(ctx context.Context, q Query) iter.Seq2[Clock, error] {
+	return func(yield func(Clock, error) bool) {
+		seen := map[string]bool{}
+		for {
+			page, err := c.ListPage(ctx, q)
+			if err != nil {
+				yield(Clock{}, err)
+				return
+			}
+			for _, cl := range page.Clocks {
+				if !yield(cl, nil) {
+					return
+				}
+			}
+			if page.Next == "" {
+				return
+			}
+			if seen[page.Next] {
+				yield(Clock{}, fmt.Errorf("GET /v1/clocks: the server returned cursor %q twice", page.Next))
+				return
+			}
+			seen[page.Next] = true
+			q.After = page.Next
+		}
+	}
+}

@@ -1,0 +1,324 @@
+// Package client is the Go client of clockd's REST API.
+//
+//	c, err := client.New("http://127.0.0.1:8080", client.WithToken(os.Getenv("CLOCKD_TOKEN")))
+//	if err != nil { ... }
+//	clock, created, err := c.Create(ctx, client.NewClock{
+//		Application: "order", BusinessID: "o-123", Payload: `{"order":123}`, Delay: 30 * time.Minute,
+//	})
+//	switch {
+//	case errors.Is(err, client.ErrConflict): // o-123 exists with other content
+//	case err != nil: // ...
+//	}
+//
+// Every call takes a context and honours its deadline and cancellation.
+// Errors answered by clockd are *Error values; test them with errors.Is
+// against ErrNotFound, ErrConflict, ErrInvalid, ErrUnavailable,
+// ErrOverQuota, ErrUnauthenticated and ErrPermissionDenied.
+//
+// # Retries
+//
+// Calls that are safe to repeat are retried, with capped exponential
+// backoff and jitter, when the request did not get an answer (a network
+// error) or got 503 Unavailable: Create and CreateBatch, because clockd is
+// idempotent by key — a create repeated with the same content answers 200
+// with the clock the first attempt made, never a second clock (and 409 only
+// if the key holds different content) — and the reads (Get, List, Tokens,
+// Quota, Cluster) and SetQuota (a PUT of the whole quota).
+//
+// Cancel, Reschedule, Replay, Pause, Resume, CreateToken and RevokeToken are
+// NOT retried: their second attempt, after a first one that was applied but
+// whose answer was lost, would answer 409 (the clock is no longer pending,
+// no longer dead, already paused), move a clock a second time (a delay
+// counts from the moment it is received) or make a second token. When one
+// of them fails with ErrUnavailable, read the clock (Get) to learn whether
+// it was applied. A 429 (ErrOverQuota) is never retried either: it carries
+// RetryAfter for the caller to decide.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client calls one clockd (or a load balancer in front of several). It is
+// safe for concurrent use.
+type Client struct {
+	base      string // scheme://host[:port][/prefix], no trailing slash
+	http      *http.Client
+	token     string
+	userAgent string
+	retry     Retry
+}
+
+// Retry says how retryable calls are repeated (see the package doc).
+type Retry struct {
+	// Attempts is the most attempts of one call, the first included; 1
+	// disables retries. Default 4.
+	Attempts int
+	// Min and Max bound the wait before each repeat, which doubles from
+	// Min up to Max, with jitter. Defaults 100ms and 2s. A 503 carrying
+	// Retry-After waits that long instead (at most Max).
+	Min, Max time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client) error
+
+// WithToken sends token as "Authorization: Bearer <token>" (needed when
+// clockd runs with auth.mode tokens). An empty token sends none.
+func WithToken(token string) Option {
+	return func(c *Client) error { c.token = strings.TrimSpace(token); return nil }
+}
+
+// WithCACert trusts the CA certificates in pem (PEM) for an https:// base
+// URL, for a clockd whose certificate a private CA signed.
+func WithCACert(pem []byte) Option {
+	return func(c *Client) error {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return errors.New("client: no PEM certificate in the CA given")
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		c.http = &http.Client{Transport: tr}
+		return nil
+	}
+}
+
+// WithHTTPClient sends requests through h (its transport, proxy, TLS
+// settings, timeout) instead of a client of net/http's defaults.
+func WithHTTPClient(h *http.Client) Option {
+	return func(c *Client) error { c.http = h; return nil }
+}
+
+// WithRetry replaces the retry policy; zero fields keep their defaults.
+func WithRetry(r Retry) Option {
+	return func(c *Client) error {
+		if r.Attempts > 0 {
+			c.retry.Attempts = r.Attempts
+		}
+		if r.Min > 0 {
+			c.retry.Min = r.Min
+		}
+		if r.Max > 0 {
+			c.retry.Max = r.Max
+		}
+		return nil
+	}
+}
+
+// WithUserAgent sets the User-Agent header (default "clockd-go-client").
+func WithUserAgent(ua string) Option {
+	return func(c *Client) error { c.userAgent = ua; return nil }
+}
+
+// New returns a client of the clockd at baseURL ("http://host:port" or
+// "https://host:port", optionally with a path prefix; "host:port" means
+// http).
+func New(baseURL string, opts ...Option) (*Client, error) {
+	addr := strings.TrimSpace(baseURL)
+	if addr == "" {
+		return nil, errors.New("client: the base URL is empty")
+	}
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return nil, fmt.Errorf("client: base URL %q: %w", baseURL, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: base URL %q: want http://host:port or https://host:port", baseURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("client: base URL %q must not have a query or a fragment", baseURL)
+	}
+	c := &Client{
+		base:      strings.TrimRight(u.String(), "/"),
+		http:      &http.Client{},
+		userAgent: "clockd-go-client",
+		retry:     Retry{Attempts: 4, Min: 100 * time.Millisecond, Max: 2 * time.Second},
+	}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// call is one API call: what to send and whether it may be repeated.
+type call struct {
+	method string
+	path   string
+	query  url.Values
+	body   any
+	retry  bool
+}
+
+// do sends a call, repeating it when it may be, decodes a 2xx answer into
+// out (when not nil) and returns its status.
+func (c *Client) do(ctx context.Context, cl call, out any) (int, error) {
+	var payload []byte
+	switch b := cl.body.(type) {
+	case nil:
+	case json.RawMessage:
+		payload = b // encoded by the caller (Do)
+	default:
+		data, err := json.Marshal(cl.body)
+		if err != nil {
+			return 0, fmt.Errorf("%s %s: encode request: %w", cl.method, cl.path, err)
+		}
+		payload = data
+	}
+	attempts := 1
+	if cl.retry {
+		attempts = max(c.retry.Attempts, 1)
+	}
+	wait := c.retry.Min
+	for n := 1; ; n++ {
+		status, data, retryAfter, err := c.once(ctx, cl, payload)
+		if err == nil {
+			if raw, ok := out.(*json.RawMessage); ok {
+				*raw = data // as it came (Do): no second pass over a large answer
+				return status, nil
+			}
+			if out != nil && len(data) > 0 {
+				if err := json.Unmarshal(data, out); err != nil {
+					return status, fmt.Errorf("%s %s: decode answer: %w", cl.method, cl.path, err)
+				}
+			}
+			return status, nil
+		}
+		if n >= attempts || !retryable(err) || ctx.Err() != nil {
+			return status, err
+		}
+		d := jitter(wait)
+		if retryAfter > 0 {
+			d = min(retryAfter, c.retry.Max)
+		}
+		wait = min(wait*2, c.retry.Max)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return status, err
+		case <-t.C:
+		}
+	}
+}
+
+// jitter returns a wait between d/2 and d, so that clients that failed
+// together do not come back together.
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// retryable says whether a failed attempt may be repeated: no answer at
+// all, or 503.
+func retryable(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status == http.StatusServiceUnavailable
+	}
+	var ne *netError
+	return errors.As(err, &ne)
+}
+
+// netError is a request that got no answer: its outcome is unknown.
+type netError struct{ err error }
+
+func (e *netError) Error() string { return e.err.Error() }
+func (e *netError) Unwrap() []error {
+	return []error{e.err, ErrUnavailable}
+}
+
+// maxAnswer bounds what the client reads of one answer.
+const maxAnswer = 64 << 20
+
+func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int, data []byte, retryAfter time.Duration, err error) {
+	target := c.base + cl.path
+	if len(cl.query) > 0 {
+		target += "?" + cl.query.Encode()
+	}
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, target, body)
+	if err != nil {
+		return 0, nil, 0, fmt.Errorf("%s %s: %w", cl.method, cl.path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil, 0, fmt.Errorf("%s %s: %w", cl.method, cl.path, context.Cause(ctx))
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return 0, nil, 0, &netError{fmt.Errorf("%s %s: %w", cl.method, target, err)}
+	}
+	defer resp.Body.Close()
+	data, err = io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		if ctx.Err() != nil {
+			return resp.StatusCode, nil, 0, fmt.Errorf("%s %s: %w", cl.method, cl.path, context.Cause(ctx))
+		}
+		return resp.StatusCode, nil, 0, &netError{fmt.Errorf("%s %s: read answer: %w", cl.method, target, err)}
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		return resp.StatusCode, data, 0, nil
+	}
+	e := decodeError(resp.StatusCode, data)
+	e.Method, e.Path = cl.method, cl.path
+	if s := resp.Header.Get("Retry-After"); s != "" {
+		if secs, err := strconv.Atoi(s); err == nil && secs >= 0 {
+			e.RetryAfter = time.Duration(secs) * time.Second
+		}
+	}
+	return resp.StatusCode, nil, e.RetryAfter, e
+}
+
+// Do sends one request to path (below the base URL, e.g. "/v1/cluster")
+// with body (when not nil) as JSON (a json.RawMessage is sent as it is),
+// and returns the status and the JSON of
+// a 2xx answer as it came, or an *Error. It is for tools that show clockd's
+// answers as they are (clockctl); applications use the typed calls. GET and
+// PUT requests and the creates (POST /v1/clocks, POST /v1/clocks/batch) are
+// retried as the typed calls are; other requests are not.
+func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body any) (int, json.RawMessage, error) {
+	retry := method == http.MethodGet || method == http.MethodPut ||
+		(method == http.MethodPost && (path == "/v1/clocks" || path == "/v1/clocks/batch"))
+	var raw json.RawMessage
+	status, err := c.do(ctx, call{method: method, path: path, query: query, body: body, retry: retry}, &raw)
+	return status, raw, err
+}
+
+func clockPath(app, businessID string) string {
+	return "/v1/clocks/" + url.PathEscape(app) + "/" + url.PathEscape(businessID)
+}

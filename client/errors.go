@@ -1,0 +1,86 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Kinds of failure, for errors.Is. An *Error answered by clockd matches
+// the one of its status; a request that got no answer matches
+// ErrUnavailable.
+var (
+	ErrInvalid          = errors.New("invalid request")   // 400 invalid_argument, 413 too_large
+	ErrUnauthenticated  = errors.New("unauthenticated")   // 401: no token, or not a valid one
+	ErrPermissionDenied = errors.New("permission denied") // 403: the token may not do this
+	ErrNotFound         = errors.New("not found")         // 404
+	ErrConflict         = errors.New("conflict")          // 409: exists with other content, or not in a state that allows it
+	ErrOverQuota        = errors.New("over quota")        // 429 resource_exhausted; see Error.RetryAfter
+	ErrUnavailable      = errors.New("unavailable")       // 503, or no answer at all
+)
+
+// Error is a non-2xx answer of clockd.
+type Error struct {
+	Status  int    // HTTP status
+	Code    string // the error code of the answer (invalid_argument, not_found, ...); empty when it had none
+	Message string
+	// RetryAfter is the Retry-After of a 429 or 503 answer, 0 when absent.
+	RetryAfter time.Duration
+	Method     string // of the request
+	Path       string // of the request, without the base URL's path
+}
+
+func (e *Error) Error() string {
+	what := e.Code
+	if what == "" {
+		what = http.StatusText(e.Status)
+	}
+	msg := fmt.Sprintf("%d %s", e.Status, what)
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrNotFound) and the like work.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrInvalid:
+		return e.Status == http.StatusBadRequest || e.Status == http.StatusRequestEntityTooLarge
+	case ErrUnauthenticated:
+		return e.Status == http.StatusUnauthorized
+	case ErrPermissionDenied:
+		return e.Status == http.StatusForbidden
+	case ErrNotFound:
+		return e.Status == http.StatusNotFound
+	case ErrConflict:
+		return e.Status == http.StatusConflict
+	case ErrOverQuota:
+		return e.Status == http.StatusTooManyRequests
+	case ErrUnavailable:
+		return e.Status == http.StatusServiceUnavailable
+	}
+	return false
+}
+
+// decodeError reads the SPEC error body, or keeps a shortened text of a
+// body that is not one (a proxy's error page).
+func decodeError(status int, data []byte) *Error {
+	var body struct {
+		Error *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &body) == nil && body.Error != nil && body.Error.Code != "" {
+		return &Error{Status: status, Code: body.Error.Code, Message: body.Error.Message}
+	}
+	msg := strings.Join(strings.Fields(string(data)), " ")
+	if r := []rune(msg); len(r) > 300 {
+		msg = string(r[:300]) + "..."
+	}
+	return &Error{Status: status, Message: msg}
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/clockd/clockd/client"
+)
+
+// api is the clockd client of one invocation: the client package (its
+// transport, token, CA, retries and errors) with clockctl's -timeout per
+// request and clockctl's hints in its errors.
+type api struct {
+	cl       *client.Client
+	timeout  time.Duration
+	hasToken bool
+}
+
+// client returns the API client of the global flags: -addr, -timeout,
+// -token and -cacert.
+func (c *cli) client() (*api, error) {
+	if strings.TrimSpace(c.addr) == "" {
+		return nil, usagef("-addr is empty")
+	}
+	token := strings.TrimSpace(c.token)
+	opts := []client.Option{client.WithToken(token), client.WithUserAgent("clockctl")}
+	if c.cacert != "" {
+		pem, err := os.ReadFile(c.cacert)
+		if err != nil {
+			return nil, usagef("-cacert: %v", err)
+		}
+		opts = append(opts, client.WithCACert(pem))
+	}
+	cl, err := client.New(c.addr, opts...)
+	if err != nil {
+		return nil, usagef("-addr %q or -cacert %q: %v", c.addr, c.cacert, strings.TrimPrefix(err.Error(), "client: "))
+	}
+	return &api{cl: cl, timeout: c.timeout, hasToken: token != ""}, nil
+}
+
+// do sends one request and returns the status and the JSON of a 2xx
+// answer as clockd wrote it (clockctl prints it as it is), or an error
+// (a *client.Error for an answer of clockd).
+func (a *api) do(ctx context.Context, method, path string, query url.Values, body any) (int, []byte, error) {
+	if a.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.timeout)
+		defer cancel()
+	}
+	status, data, err := a.cl.Do(ctx, method, path, query, body)
+	if err != nil {
+		var ce *client.Error
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+			return status, nil, fmt.Errorf("%s %s: no answer within %s (see -timeout)", method, path, a.timeout)
+		case errors.As(err, &ce) && ce.Status == http.StatusUnauthorized && !a.hasToken:
+			return status, nil, fmt.Errorf("%w (give a token with -token or CLOCKD_TOKEN)", err)
+		}
+		return status, nil, err
+	}
+	return status, data, nil
+}
+
+// clockPath returns the escaped path of one clock.
+func clockPath(app, businessID string) string {
+	return "/v1/clocks/" + url.PathEscape(app) + "/" + url.PathEscape(businessID)
+}

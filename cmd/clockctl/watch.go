@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/console"
+)
+
+type watchOptions struct {
+	app, url, exchange string
+	json               bool
+	count              int
+}
+
+func watchCommand() command {
+	return command{
+		name:    "watch",
+		summary: "tail the rings of an application as they are published",
+		help: `
+Usage: clockctl watch -app APP [-json] [-n N] [-amqp URL] [-exchange NAME]
+
+Prints one line per ring of APP: when it arrived, its business id, message id,
+attempt and lateness (arrival minus the time it was due). It reads from a
+temporary queue of its own (server-named, exclusive, deleted when watch
+stops) bound to the ring exchange with APP as binding key: the application's
+own queue still gets every message, watch takes none from it.
+Note: a ring counts as delivered once any queue takes it, so while watch runs,
+the rings of an application that has bound no queue of its own are counted as
+rung (watch received them) instead of retried as unroutable.
+Runs until interrupted (Ctrl-C), or until N rings with -n.
+Only the AMQP flags apply; -addr and -token are not used.
+
+Examples:
+  clockctl watch -app order
+  clockctl watch -app order -json | jq .lateness_ms
+`,
+		setup: func(c *cli, fs *flag.FlagSet) runFunc {
+			o := watchOptions{}
+			fs.StringVar(&o.app, "app", "", "the `application` whose rings to show (required)")
+			fs.BoolVar(&o.json, "json", false, "print each ring as one JSON object per line")
+			fs.IntVar(&o.count, "n", 0, "stop after this many rings (0: run until interrupted)")
+			fs.StringVar(&o.url, "amqp", "", "RabbitMQ `URL` (default $CLOCKD_AMQP_URL, else "+defaultAMQPURL+")")
+			fs.StringVar(&o.exchange, "exchange", "", "ring exchange `name` (default $CLOCKD_EXCHANGE, else "+defaultExchange+")")
+			return func(ctx context.Context, pos []string) error {
+				if len(pos) > 0 {
+					return usagef("unexpected argument %q", pos[0])
+				}
+				if o.app == "" {
+					return usagef("-app is required")
+				}
+				if err := alarm.CheckApplication(o.app); err != nil {
+					return usagef("-app %q: %v", o.app, err)
+				}
+				if o.count < 0 {
+					return usagef("-n must not be negative")
+				}
+				set := setFlags(fs)
+				if !set["amqp"] {
+					o.url = orDefault(c.getenv("CLOCKD_AMQP_URL"), defaultAMQPURL)
+				}
+				if !set["exchange"] {
+					o.exchange = orDefault(c.getenv("CLOCKD_EXCHANGE"), defaultExchange)
+				}
+				return watch(ctx, o, c.stdout, c.stderr)
+			}
+		},
+	}
+}
+
+// watch prints the rings of o.app until ctx ends (a clean stop) or the
+// connection is lost (an error).
+func watch(ctx context.Context, o watchOptions, stdout, stderr io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	seen := 0
+	var werr error
+	err := console.Watch(ctx, console.WatchConfig{URL: o.url, Exchange: o.exchange, Application: o.app},
+		func(q string) {
+			fmt.Fprintf(stderr, "watching rings of %s on exchange %s (queue %s); Ctrl-C to stop\n", o.app, o.exchange, q)
+		},
+		func(r console.Ring) {
+			mu.Lock()
+			defer mu.Unlock()
+			if werr != nil {
+				return
+			}
+			werr = printRing(stdout, r, o.json)
+			seen++
+			if werr != nil || (o.count > 0 && seen >= o.count) {
+				cancel()
+			}
+		})
+	mu.Lock()
+	defer mu.Unlock()
+	if werr != nil {
+		return fmt.Errorf("write: %w", werr)
+	}
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func printRing(w io.Writer, r console.Ring, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%s  %s  id=%s  attempt=%d  lateness=%s  %s\n",
+		r.Received.Format("15:04:05.000"), r.BusinessID, r.MessageID, r.Attempt,
+		(time.Duration(r.LatenessMS * float64(time.Millisecond))).Round(100*time.Microsecond), preview(r))
+	return err
+}
+
+func preview(r console.Ring) string {
+	p := r.Payload
+	if len(p) > 80 {
+		p = p[:80] + "…"
+	} else if r.PayloadBytes > len(p) {
+		p += "…"
+	}
+	return p
+}

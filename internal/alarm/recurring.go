@@ -1,0 +1,268 @@
+package alarm
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/clockd/clockd/internal/schedule"
+)
+
+// Recurring clocks: a clock with a schedule rings once per occurrence. The
+// arithmetic (cron, intervals, daylight saving, misfire rules) is package
+// schedule's; this file holds the rules of the API around it.
+
+// farFuture is the next try of a paused recurring clock: the preloader
+// never loads it, and a claim (next_try_time <= deadline) never takes it.
+var farFuture = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
+
+// FarFuture is the next try a paused clock is parked at.
+func FarFuture() time.Time { return farFuture }
+
+// ScheduleInput is a schedule as decoded; nil pointers were absent.
+type ScheduleInput struct {
+	Cron               *string
+	TimeZone           *string
+	Every              *time.Duration
+	Start, End         *time.Time
+	MaxOccurrences     *int
+	Misfire            *string
+	CatchUpLimit       *int
+	OccurrenceDeadline *time.Duration
+}
+
+// Recurring reports whether c rings on a schedule.
+func (c Clock) Recurring() bool { return c.Schedule != nil }
+
+// RingBy is the latest time c's current attempt may ring: latest_ring_at
+// for a one-shot clock; for a recurring one, its occurrence's time plus
+// the schedule's occurrence_deadline (zero: no limit).
+func (c Clock) RingBy() time.Time {
+	if c.Schedule == nil {
+		return c.LatestRingAt
+	}
+	if d := c.Schedule.OccurrenceDeadline; d > 0 {
+		return c.RingAt.Add(d)
+	}
+	return time.Time{}
+}
+
+// scheduleErr turns a schedule validation error into a field error of the
+// request ("schedule.cron").
+func scheduleErr(err error) error {
+	var se *schedule.Error
+	if errors.As(err, &se) {
+		if se.Field == "schedule" {
+			return invalid("schedule", "%s", se.Message)
+		}
+		return invalid("schedule."+se.Field, "%s", se.Message)
+	}
+	return invalid("schedule", "%v", err)
+}
+
+// Spec validates the input at now and returns the schedule with its
+// defaults: an interval without a start is anchored one interval after
+// now (its first occurrence); startGiven tells whether start was named.
+func (in ScheduleInput) Spec(now time.Time) (sp schedule.Spec, sc *schedule.Schedule, startGiven bool, err error) {
+	if in.Cron != nil {
+		sp.Cron = *in.Cron
+	}
+	if in.TimeZone != nil {
+		sp.TimeZone = *in.TimeZone
+	}
+	if in.Every != nil {
+		sp.Every = *in.Every
+		if sp.Every <= 0 {
+			return sp, nil, false, invalid("schedule.every", "must be a positive duration such as \"30s\", got %s", sp.Every)
+		}
+	}
+	if in.Start != nil {
+		sp.Start, startGiven = CeilMS(*in.Start), true
+	}
+	if in.End != nil {
+		sp.End = in.End.UTC().Truncate(time.Millisecond)
+	}
+	if in.MaxOccurrences != nil {
+		sp.MaxOccurrences = *in.MaxOccurrences
+	}
+	if in.Misfire != nil {
+		sp.Misfire = schedule.Misfire(*in.Misfire)
+	}
+	if in.CatchUpLimit != nil {
+		sp.CatchUpLimit = *in.CatchUpLimit
+		if sp.CatchUpLimit == 0 {
+			return sp, nil, false, invalid("schedule.catch_up_limit", "must be at least 1")
+		}
+	}
+	if in.OccurrenceDeadline != nil {
+		sp.OccurrenceDeadline = *in.OccurrenceDeadline
+	}
+	if sp.Every > 0 && sp.Start.IsZero() {
+		sp.Start = CeilMS(now.Add(sp.Every))
+	}
+	sc, err = schedule.Parse(sp)
+	if err != nil {
+		return sp, nil, false, scheduleErr(err)
+	}
+	return sc.Spec(), sc, startGiven, nil
+}
+
+// validateRecurring fills in n from a create's schedule: its first
+// occurrence is its ring time.
+func (in CreateInput) validateRecurring(n NewClock, now time.Time) (NewClock, error) {
+	if in.When.AtSet || in.When.DelaySet {
+		return NewClock{}, invalid("schedule", "give either schedule (recurring) or ring_at/delay (one-shot), not both")
+	}
+	if in.LatestRingAt != nil {
+		return NewClock{}, invalid("latest_ring_at", "applies to one-shot clocks; a recurring clock bounds each occurrence with schedule.occurrence_deadline and ends with schedule.end")
+	}
+	sp, sc, given, err := in.Schedule.Spec(now)
+	if err != nil {
+		return NewClock{}, err
+	}
+	first, ok := sc.First(now)
+	if !ok {
+		return NewClock{}, invalid("schedule", "has no occurrence after now (%s): check end and the expression", fmtTime(now))
+	}
+	n.Schedule, n.StartGiven, n.RingAt = &sp, given, first
+	return n, nil
+}
+
+// sameSchedule reports whether a create's schedule is the existing clock's
+// (its start compared only when the create named one).
+func sameSchedule(n, c *schedule.Spec, startGiven bool) bool {
+	if n == nil || c == nil {
+		return n == c
+	}
+	a, b := *n, *c
+	if !startGiven {
+		a.Start, b.Start = time.Time{}, time.Time{}
+	}
+	return a.Cron == b.Cron && a.TimeZone == b.TimeZone && a.Every == b.Every && a.Start.Equal(b.Start) &&
+		a.End.Equal(b.End) && a.MaxOccurrences == b.MaxOccurrences && a.Misfire == b.Misfire &&
+		a.CatchUpLimit == b.CatchUpLimit && a.OccurrenceDeadline == b.OccurrenceDeadline
+}
+
+// parsed returns c's schedule, parsed. A row clockd wrote is valid; one
+// changed behind its back may not be.
+func (c Clock) parsed() (*schedule.Schedule, error) {
+	sc, err := schedule.Parse(*c.Schedule)
+	if err != nil {
+		return nil, fmt.Errorf("clock %d: stored schedule: %w", c.ID, err)
+	}
+	return sc, nil
+}
+
+// NextOccurrences lists up to n occurrences of a pending recurring clock
+// from its current one (none for a paused or finished clock).
+func (c Clock) NextOccurrences(n int) []time.Time {
+	if c.Schedule == nil || c.Paused || c.Status.Finished() {
+		return nil
+	}
+	sc, err := c.parsed()
+	if err != nil {
+		return nil
+	}
+	if m := c.Schedule.MaxOccurrences; m > 0 {
+		n = min(n, m-c.Occurrences) // the current one and those left after it
+	}
+	if n <= 0 {
+		return nil
+	}
+	return sc.Upcoming(c.RingAt, n)
+}
+
+// Advance is what becomes of a recurring clock after its current
+// occurrence finished at now (rang, expired or died), given the
+// occurrences that have rung (the current one included if it rang): its
+// next occurrence, due at once when missed, or the end of the clock.
+type Advance struct {
+	ID          int64
+	Shard       int
+	Occurrence  time.Time // the occurrence that finished
+	Status      Status    // how it finished: rung, expired or dead
+	At          time.Time // when (the broker's confirm, for rung)
+	Error       string    // why it did not ring
+	Occurrences int       // occurrences rung, this one included
+	// Next is the next occurrence (zero: none; the clock finishes with
+	// Status); NextTryAt when it is first tried.
+	Next      time.Time
+	NextTryAt time.Time
+}
+
+// AdvanceOf decides a recurring clock's next occurrence after its current
+// one finished with status st at `at` (the misfire rules apply from now).
+func AdvanceOf(c Clock, st Status, at, now time.Time, errText string) Advance {
+	a := Advance{ID: c.ID, Shard: c.Shard, Occurrence: c.RingAt, Status: st, At: at, Error: errText, Occurrences: c.Occurrences}
+	if st == StatusRung {
+		a.Occurrences++
+	}
+	sc, err := c.parsed()
+	if err != nil {
+		a.Error = TrimError(err.Error())
+		if a.Status == StatusRung {
+			a.Status = StatusDead
+		}
+		return a
+	}
+	if next, ok := sc.After(c.RingAt, now, a.Occurrences); ok {
+		a.Next, a.NextTryAt = next, DueAt(next, now)
+	}
+	return a
+}
+
+// ScheduleChange applies a schedule patch to a recurring clock at now: the
+// current occurrence becomes the new schedule's first from now.
+func (p PatchInput) applySchedule(c Clock, now time.Time) (Clock, error) {
+	if c.Schedule == nil {
+		return Clock{}, invalid("schedule", "clock %s/%s is one-shot: a schedule is given when a clock is created (cancel it and create a recurring one)", c.Application, c.BusinessID)
+	}
+	sp, sc, _, err := p.Schedule.Spec(now)
+	if err != nil {
+		return Clock{}, err
+	}
+	first, ok := sc.First(now)
+	if !ok {
+		return Clock{}, invalid("schedule", "has no occurrence after now (%s): check end and the expression", fmtTime(now))
+	}
+	c.Schedule, c.RingAt, c.Attempts = &sp, first, 0
+	c.NextTryAt = DueAt(first, now)
+	if c.Paused {
+		c.NextTryAt = farFuture
+	}
+	return c, nil
+}
+
+// Pause parks a pending recurring clock: no occurrence rings until Resume.
+func Pause(c Clock, now time.Time) (Clock, error) {
+	if c.Schedule == nil {
+		return Clock{}, &ConflictError{Clock: c, Message: fmt.Sprintf("clock %s/%s is one-shot: only a recurring clock can be paused", c.Application, c.BusinessID)}
+	}
+	if c.Paused {
+		return Clock{}, &ConflictError{Clock: c, Message: fmt.Sprintf("clock %s/%s is paused already", c.Application, c.BusinessID)}
+	}
+	c.Paused, c.NextTryAt, c.UpdatedAt = true, farFuture, now
+	return c, nil
+}
+
+// Resume lets a paused recurring clock ring again, from its first
+// occurrence after now: the occurrences of the pause are not rung (no
+// misfire rule applies to them).
+func Resume(c Clock, now time.Time) (Clock, error) {
+	if c.Schedule == nil || !c.Paused {
+		return Clock{}, &ConflictError{Clock: c, Message: fmt.Sprintf("clock %s/%s is not paused", c.Application, c.BusinessID)}
+	}
+	sc, err := c.parsed()
+	if err != nil {
+		return Clock{}, err
+	}
+	first, ok := sc.First(now)
+	if !ok {
+		return Clock{}, &ConflictError{Clock: c, Message: fmt.Sprintf("clock %s/%s has no occurrence left after now (schedule end %s): cancel it", c.Application, c.BusinessID, fmtTime(c.Schedule.End))}
+	}
+	if c.Schedule.MaxOccurrences > 0 && c.Occurrences >= c.Schedule.MaxOccurrences {
+		return Clock{}, &ConflictError{Clock: c, Message: fmt.Sprintf("clock %s/%s has rung its %d occurrences: cancel it", c.Application, c.BusinessID, c.Occurrences)}
+	}
+	c.Paused, c.RingAt, c.Attempts, c.NextTryAt, c.UpdatedAt = false, first, 0, DueAt(first, now), now
+	return c, nil
+}

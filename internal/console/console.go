@@ -1,0 +1,397 @@
+// Package console is clockd's operator console, served under /ui/: an
+// overview, finding and acting on clocks, the trouble list (failing, dead
+// and expired clocks), the cluster's shards and instances, and a live tail
+// of an application's rings. Pages are rendered on the server with
+// html/template; the templates, the stylesheet and the few lines of
+// JavaScript of the tail are embedded in the binary, so the console works
+// on a closed network.
+//
+// It talks to the domain through *alarm.Service (every change goes the way
+// the REST API's does, so the ring loop learns about it) and reads the
+// operator views through the Store interface below.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/auth"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Store is what the console reads beyond the service: bounded views for
+// operators (internal/mysql implements it).
+type Store interface {
+	Applications(ctx context.Context, limit int) ([]string, error)
+	StatusCounts(ctx context.Context, app string, limit int) ([]alarm.StatusCount, error)
+	DueHistogram(ctx context.Context, from time.Time, width time.Duration, n, limit int) ([]alarm.DueBucket, bool, error)
+	Failing(ctx context.Context, until time.Time, limit int) ([]alarm.FailureGroup, int, error)
+	Instances(ctx context.Context) ([]alarm.Instance, []alarm.ShardLease, time.Time, error)
+}
+
+// Authenticator checks an admin token (auth.Authenticator does).
+type Authenticator interface {
+	Authenticate(ctx context.Context, header string) (auth.Principal, error)
+}
+
+// Options configure the console.
+type Options struct {
+	Service *alarm.Service
+	Store   Store
+	// Auth, when set, makes the console ask for a token of the admin kind
+	// (auth mode tokens); nil: the console is open (auth mode off).
+	Auth Authenticator
+	// Gatherer is this process's metrics registry: the overview's rates
+	// and lateness come from it (this instance only).
+	Gatherer prometheus.Gatherer
+	// AMQPURL and Exchange are where the live tail binds its queue.
+	AMQPURL  string
+	Exchange string
+	// InstanceID names the serving instance on the pages.
+	InstanceID string
+	// RetryMax is the cap of the retry backoff (ring.retry_max): a failing
+	// clock is due again within it, so the trouble page looks that far
+	// ahead (default 5 min).
+	RetryMax time.Duration
+	// Fresh: how long the overview's counts and the trouble page's
+	// failing groups are shown before they are read again (default 10 s;
+	// a view of older ones, up to 5 min, answers at once and refreshes
+	// them in the background).
+	Fresh  time.Duration
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Console is the handler of /ui/ plus the sampler of the metrics it shows.
+type Console struct {
+	o       Options
+	log     *slog.Logger
+	tpl     map[string]*template.Template
+	mux     *http.ServeMux
+	sampler *sampler
+	// closing ends the open live tails: an HTTP server's shutdown waits
+	// for its requests, and a tail's would never end by itself.
+	closing   chan struct{}
+	closeOnce sync.Once
+	// The heavier reads, kept between views (kept.go).
+	overviewSnap *kept[overviewStats]
+	failingSnap  *kept[failing]
+}
+
+// staleLimit: a kept read older than this is read again before the page
+// answers, not shown.
+const staleLimit = 5 * time.Minute
+
+// Prefix is where the console is mounted.
+const Prefix = "/ui/"
+
+// New builds the console.
+func New(o Options) (*Console, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 5 * time.Minute
+	}
+	if o.Fresh <= 0 {
+		o.Fresh = 10 * time.Second
+	}
+	c := &Console{o: o, log: o.Logger, mux: http.NewServeMux(), sampler: newSampler(o.Gatherer), closing: make(chan struct{})}
+	c.overviewSnap = &kept[overviewStats]{fresh: o.Fresh, stale: staleLimit, load: c.readOverview, now: o.Now}
+	c.failingSnap = &kept[failing]{fresh: o.Fresh, stale: staleLimit, load: c.readFailing, now: o.Now}
+	if err := c.parseTemplates(); err != nil {
+		return nil, err
+	}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, err
+	}
+	files := http.StripPrefix(Prefix+"static/", http.FileServerFS(static))
+	c.mux.Handle("GET "+Prefix+"static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		files.ServeHTTP(w, r)
+	}))
+	c.mux.HandleFunc("GET "+Prefix+"login", c.loginPage)
+	c.mux.HandleFunc("POST "+Prefix+"login", c.login)
+	c.mux.HandleFunc("POST "+Prefix+"logout", c.action(c.logout))
+	c.mux.HandleFunc("GET "+Prefix+"{$}", c.page(c.overview))
+	c.mux.HandleFunc("GET "+Prefix+"clocks", c.page(c.clocks))
+	c.mux.HandleFunc("GET "+Prefix+"clocks/{application}/{business_id}", c.page(c.clock))
+	c.mux.HandleFunc("POST "+Prefix+"clocks/{application}/{business_id}/cancel", c.action(c.cancel))
+	c.mux.HandleFunc("POST "+Prefix+"clocks/{application}/{business_id}/move", c.action(c.move))
+	c.mux.HandleFunc("POST "+Prefix+"clocks/{application}/{business_id}/replay", c.action(c.replay))
+	c.mux.HandleFunc("GET "+Prefix+"trouble", c.page(c.trouble))
+	c.mux.HandleFunc("POST "+Prefix+"trouble/replay-all", c.action(c.replayAll))
+	c.mux.HandleFunc("GET "+Prefix+"cluster", c.page(c.cluster))
+	c.mux.HandleFunc("GET "+Prefix+"tail", c.page(c.tail))
+	c.mux.HandleFunc("GET "+Prefix+"tail/events", c.guard(c.tailEvents))
+	return c, nil
+}
+
+// Run samples the metrics the overview shows until ctx is done.
+func (c *Console) Run(ctx context.Context) error {
+	return c.sampler.run(ctx)
+}
+
+// Close ends the live tails (their event streams close; browsers
+// reconnect to another instance or after the restart). Register it with
+// http.Server.RegisterOnShutdown.
+func (c *Console) Close() { c.closeOnce.Do(func() { close(c.closing) }) }
+
+// ServeHTTP serves the pages with the headers every answer carries.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// Nothing of the console is framed, sniffed, or loaded from elsewhere.
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	c.mux.ServeHTTP(w, r)
+}
+
+// view is what every page template gets.
+type view struct {
+	Title      string
+	Nav        string
+	CSRF       string
+	AuthOn     bool
+	Instance   string
+	Now        time.Time
+	Message    string
+	Error      string
+	Data       any
+	Prefix     string
+	RenderedIn time.Duration
+}
+
+// pageFunc renders one page: it returns the template and its data, or an
+// error that becomes the error page.
+type pageFunc func(r *http.Request, v *view) (string, error)
+
+// page wraps a page: session check (redirect to the login page), CSRF
+// token for its forms, rendering and error mapping.
+func (c *Console) page(fn pageFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sess, ok := c.session(w, r)
+		if !ok {
+			http.Redirect(w, r, Prefix+"login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		v := &view{CSRF: sess.csrf(), AuthOn: c.o.Auth != nil, Instance: c.o.InstanceID, Now: c.o.Now().UTC(),
+			Message: r.URL.Query().Get("msg"), Prefix: Prefix}
+		name, err := fn(r, v)
+		if err != nil {
+			c.fail(w, r, v, err)
+			return
+		}
+		if to, ok := strings.CutPrefix(name, "redirect:"); ok {
+			http.Redirect(w, r, to, http.StatusSeeOther)
+			return
+		}
+		v.RenderedIn = time.Since(start)
+		c.render(w, http.StatusOK, name, v)
+	}
+}
+
+// guard is page for handlers that write their own answer (the tail's
+// event stream): only the session check.
+func (c *Console) guard(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := c.session(w, r); !ok {
+			http.Error(w, "log in first", http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// actionFunc does one change and returns where to go next and what to say.
+type actionFunc func(w http.ResponseWriter, r *http.Request) (next, msg string, err error)
+
+// action wraps a change: a POST with a valid session and the CSRF token of
+// that session, or it is refused with 403 before anything is read.
+func (c *Console) action(fn actionFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		sess, ok := c.session(w, r)
+		v := &view{AuthOn: c.o.Auth != nil, Instance: c.o.InstanceID, Now: c.o.Now().UTC(), Prefix: Prefix}
+		if !ok {
+			v.Title = "Not logged in"
+			c.failStatus(w, v, http.StatusUnauthorized, "Log in with an admin token first.")
+			return
+		}
+		v.CSRF = sess.csrf()
+		if err := r.ParseForm(); err != nil {
+			c.failStatus(w, v, http.StatusBadRequest, "The form could not be read: "+err.Error())
+			return
+		}
+		if !sess.checkCSRF(r.PostFormValue("csrf")) {
+			c.log.Warn("console action refused: CSRF token missing or wrong", "path", r.URL.Path, "remote", r.RemoteAddr)
+			v.Title = "Refused"
+			c.failStatus(w, v, http.StatusForbidden, "Refused: the form's CSRF token is missing or does not belong to this session. Reload the page and try again.")
+			return
+		}
+		next, msg, err := fn(w, r)
+		// An action changes what the kept reads count (a cancel, a
+		// replay): the next view reads them again.
+		c.overviewSnap.forget()
+		c.failingSnap.forget()
+		if err != nil {
+			c.fail(w, r, v, err)
+			return
+		}
+		if msg != "" {
+			sep := "?"
+			if strings.Contains(next, "?") {
+				sep = "&"
+			}
+			next += sep + "msg=" + url.QueryEscape(msg)
+		}
+		http.Redirect(w, r, next, http.StatusSeeOther)
+	}
+}
+
+// fail renders an error page with the status the error maps to.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, v *view, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, alarm.ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, alarm.ErrConflict):
+		code = http.StatusConflict
+	case errors.Is(err, alarm.ErrInvalid), errors.Is(err, alarm.ErrTooLarge):
+		code = http.StatusBadRequest
+	case errors.Is(err, alarm.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		code = http.StatusServiceUnavailable
+	case errors.Is(err, auth.ErrUnauthenticated):
+		code = http.StatusUnauthorized
+	case errors.Is(err, auth.ErrPermissionDenied):
+		code = http.StatusForbidden
+	}
+	if code >= 500 {
+		c.log.Error("console page failed", "path", r.URL.Path, "err", err)
+	}
+	if v.Title == "" {
+		v.Title = http.StatusText(code)
+	}
+	c.failStatus(w, v, code, err.Error())
+}
+
+func (c *Console) failStatus(w http.ResponseWriter, v *view, code int, msg string) {
+	if v.Title == "" {
+		v.Title = http.StatusText(code)
+	}
+	v.Error = msg
+	c.render(w, code, "error", v)
+}
+
+func (c *Console) render(w http.ResponseWriter, code int, name string, v *view) {
+	t, ok := c.tpl[name]
+	if !ok {
+		http.Error(w, "no template "+name, http.StatusInternalServerError)
+		return
+	}
+	var b strings.Builder
+	if err := t.ExecuteTemplate(&b, "layout", v); err != nil {
+		c.log.Error("console template", "template", name, "err", err)
+		http.Error(w, "template error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// clockURL is the console path of one clock.
+func clockURL(app, id string) string {
+	return Prefix + "clocks/" + url.PathEscape(app) + "/" + url.PathEscape(id)
+}
+
+func (c *Console) parseTemplates() error {
+	funcs := template.FuncMap{
+		"clockURL": clockURL,
+		"time":     fmtTime,
+		"ago":      func(t time.Time) string { return ago(c.o.Now(), t) },
+		"bytes":    fmtBytes,
+		"ms":       func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) },
+		"pathEsc":  url.PathEscape,
+		"queryEsc": url.QueryEscape,
+		"pair":     func(a, b any) struct{ A, B any } { return struct{ A, B any }{a, b} },
+		"unroutable": func(s string) bool {
+			return strings.Contains(strings.ToLower(s), "unroutable")
+		},
+	}
+	c.tpl = map[string]*template.Template{}
+	pages, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return err
+	}
+	for _, p := range pages {
+		name := strings.TrimSuffix(strings.TrimPrefix(p, "templates/"), ".html")
+		if name == "layout" {
+			continue
+		}
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", p)
+		if err != nil {
+			return fmt.Errorf("console template %s: %w", name, err)
+		}
+		c.tpl[name] = t
+	}
+	return nil
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := t.Sub(now).Round(time.Second)
+	if d == 0 {
+		return "just now" // also a few ms ahead: the database's clock wrote it
+	}
+	if d > 0 {
+		return "in " + d.String()
+	}
+	return (-d).String() + " ago"
+}
+
+func fmtBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

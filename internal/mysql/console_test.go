@@ -1,0 +1,107 @@
+package mysql_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/mysql"
+)
+
+// The console's reads: capped counts, the due histogram, failing clocks
+// grouped by error, and instance heap sizes written with the heartbeat.
+func TestConsoleReads(t *testing.T) {
+	s, db := historyStore(t, mysql.StoreConfig{})
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Minute)
+	mk := func(app, id string, at time.Time) int64 {
+		r := createOne(t, s, alarm.NewClock{Application: app, BusinessID: id, Payload: "{}", ContentType: "application/json", RingAt: at}, now)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r.Clock.ID
+	}
+	// shop: 12 pending due over the next hour (4 in minute 5), 2 dead.
+	for i := range 12 {
+		m := i
+		if i < 3 {
+			m = 5
+		}
+		mk("shop", fmt.Sprintf("p-%d", i), now.Add(time.Duration(m)*time.Minute+time.Second))
+	}
+	for i := range 2 {
+		finish(t, db, mk("shop", fmt.Sprintf("d-%d", i), now.Add(time.Minute)), alarm.StatusDead, now)
+	}
+	// lost: failing unroutable, due again in 30 s; and one due in 2 h.
+	failing := mk("lost", "f-1", now.Add(-time.Minute))
+	if _, err := db.Exec("UPDATE clock SET attempts = 3, last_error = 'rabbit: message unroutable', next_try_time = ? WHERE id = ?",
+		now.Add(30*time.Second).UnixMilli(), failing); err != nil {
+		t.Fatal(err)
+	}
+	mk("lost", "later", now.Add(2*time.Hour))
+
+	apps, err := s.Applications(ctx, 10)
+	if err != nil || len(apps) != 2 || apps[0] != "lost" || apps[1] != "shop" {
+		t.Fatalf("Applications = %v, %v", apps, err)
+	}
+	counts, err := s.StatusCounts(ctx, "shop", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[alarm.Status]alarm.StatusCount{}
+	for _, c := range counts {
+		got[c.Status] = c
+	}
+	if c := got[alarm.StatusPending]; c.Count != 10 || !c.AtLeast {
+		t.Errorf("pending of shop capped at 10: %+v", c)
+	}
+	if c := got[alarm.StatusDead]; c.Count != 2 || c.AtLeast {
+		t.Errorf("dead of shop: %+v", c)
+	}
+	if c := got[alarm.StatusRung]; c.Count != 0 || c.AtLeast {
+		t.Errorf("rung of shop: %+v", c)
+	}
+
+	buckets, capped, err := s.DueHistogram(ctx, now, time.Minute, 60, 1000)
+	if err != nil || capped || len(buckets) != 60 {
+		t.Fatalf("DueHistogram: %d buckets, capped %v, %v", len(buckets), capped, err)
+	}
+	var total int64
+	for _, b := range buckets {
+		total += b.Count
+	}
+	// 12 of shop and the failing clock of lost; not the one due in 2 h.
+	if total != 13 || buckets[5].Count != 4 || buckets[0].Count != 1 || !buckets[5].At.Equal(now.Add(5*time.Minute)) {
+		t.Errorf("DueHistogram: total %d, minute 0: %d, minute 5: %+v", total, buckets[0].Count, buckets[5])
+	}
+	if _, capped, err := s.DueHistogram(ctx, now, time.Minute, 60, 5); err != nil || !capped {
+		t.Errorf("DueHistogram over 5 rows: capped %v, %v", capped, err)
+	}
+
+	groups, examined, err := s.Failing(ctx, now.Add(5*time.Minute), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Examined: the pending clocks due by now+5m: lost/f-1, shop/p-3, shop/p-4.
+	if len(groups) != 1 || groups[0].Application != "lost" || groups[0].Count != 1 || groups[0].MaxAttempts != 3 ||
+		groups[0].Sample != "f-1" || groups[0].LastError != "rabbit: message unroutable" || examined != 3 {
+		t.Errorf("Failing = %+v, examined %d", groups, examined)
+	}
+
+	if err := s.Heartbeat(ctx, "i-1", "127.0.0.1:1", now, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	inst, leases, dbNow, err := s.Instances(ctx)
+	if err != nil || len(inst) != 1 || !inst[0].StatsAt.IsZero() || len(leases) != 4 || dbNow.IsZero() {
+		t.Fatalf("Instances before stats: %+v %d %v %v", inst, len(leases), dbNow, err)
+	}
+	if err := s.SetInstanceStats(ctx, "i-1", 1234, 5<<20); err != nil {
+		t.Fatal(err)
+	}
+	inst, _, _, err = s.Instances(ctx)
+	if err != nil || inst[0].HeapClocks != 1234 || inst[0].HeapBytes != 5<<20 || inst[0].StatsAt.IsZero() {
+		t.Errorf("Instances after stats: %+v, %v", inst, err)
+	}
+}
