@@ -6,14 +6,16 @@ import "time"
 // They are views, never inputs to the ring path.
 
 // StatusCount is how many clocks of one application are in one status.
-// Capped: the store stops counting at a cap (Count is then the cap and
-// AtLeast is true), so that a table of ten million clocks is never scanned
-// for a page.
+// The store counts exactly up to a cap; past it, Count is MySQL's estimate
+// of the index range (Estimated), or, when there is none, the cap
+// (AtLeast), so that a table of ten million clocks is never scanned for a
+// page.
 type StatusCount struct {
 	Application string
 	Status      Status
 	Count       int64
 	AtLeast     bool
+	Estimated   bool
 }
 
 // DueBucket is the number of pending clocks whose next try falls in

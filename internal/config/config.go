@@ -159,7 +159,7 @@ func Default() Config {
 			RequestTimeout: 5 * time.Second, ResolveTimeout: 30 * time.Second},
 		AMQP:    AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Exchange: "clock.ring", ConfirmTimeout: 5 * time.Second},
 		Clock:   Clock{MaxPayloadBytes: 64 << 10, Shards: 32, IdempotencyWindow: 10 * time.Minute},
-		Janitor: Janitor{Retention: 24 * time.Hour, RetentionFailed: 168 * time.Hour, Interval: 30 * time.Second, Batch: 1000, Pause: 10 * time.Millisecond, Movers: 2},
+		Janitor: Janitor{Retention: 24 * time.Hour, RetentionFailed: 168 * time.Hour, Interval: 30 * time.Second, Batch: 250, Pause: 10 * time.Millisecond, Movers: 2},
 		History: History{Keep: 720 * time.Hour, PartitionsAhead: 3},
 		Preload: Preload{Window: 10 * time.Second, Interval: time.Second, Rescan: 30 * time.Second, Batch: 2000, HeapCap: 200000},
 		Ring: Ring{ClaimAhead: 100 * time.Millisecond, ClaimBatch: 500, MaxInFlight: 20000,

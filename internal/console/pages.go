@@ -18,9 +18,9 @@ import (
 // size of the table.
 const (
 	overviewApps  = 20     // applications on the overview
-	countCap      = 1000   // per application and status, then "1000+"
+	countCap      = 200    // counted exactly per application and status; past it, estimated
 	dueRowsCap    = 100000 // rows the due chart reads at most
-	failingRows   = 20000  // pending rows due within the retry cap read at most
+	failingRows   = 5000   // pending rows due within the retry cap read at most
 	listLimit     = 50     // clocks per list
 	replayAllCap  = 1000   // clocks one "replay all" click replays at most
 	dueBuckets    = 60
@@ -87,28 +87,27 @@ func (c *Console) readOverview(ctx context.Context) (overviewStats, error) {
 	if len(apps) > overviewApps {
 		apps, d.MoreApps = apps[:overviewApps], true
 	}
-	// A few applications at a time: each count is short, the round trips
-	// and MySQL's threads overlap.
+	// The due chart beside the counts; the counts a few applications at
+	// a time: each is short, the round trips and MySQL's threads overlap.
+	var wg sync.WaitGroup
+	var dueErr error
+	d.DueFrom = c.o.Now().UTC().Truncate(dueBucketSize)
+	wg.Go(func() {
+		d.Buckets, d.DueCapped, dueErr = c.o.Store.DueHistogram(ctx, d.DueFrom, dueBucketSize, dueBuckets, dueRowsCap)
+	})
 	d.Apps = make([]appRow, len(apps))
 	errs := make([]error, len(apps))
 	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
 	for i, a := range apps {
-		wg.Add(1)
 		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		wg.Go(func() {
+			defer func() { <-sem }()
 			counts, err := c.o.Store.StatusCounts(ctx, a, countCap)
 			d.Apps[i], errs[i] = appRow{Name: a, Counts: orderCounts(counts)}, err
-		}()
+		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return d, err
-	}
-	d.DueFrom = c.o.Now().UTC().Truncate(dueBucketSize)
-	d.Buckets, d.DueCapped, err = c.o.Store.DueHistogram(ctx, d.DueFrom, dueBucketSize, dueBuckets, dueRowsCap)
-	if err != nil {
+	if err := errors.Join(append(errs, dueErr)...); err != nil {
 		return d, err
 	}
 	for _, b := range d.Buckets {
@@ -316,29 +315,33 @@ func (c *Console) trouble(r *http.Request, v *view) (string, error) {
 	defer cancel()
 	d := troubleData{Horizon: c.o.RetryMax, Application: strings.TrimSpace(r.URL.Query().Get("application"))}
 	v.Data = &d
-	f, at, err := c.failingSnap.get(ctx)
-	if err != nil {
-		return "", err
+	// The kept failing groups, the applications and the two lists at once.
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	wg.Go(func() {
+		f, at, err := c.failingSnap.get(ctx)
+		d.Failing, d.Examined, d.CountedAt, errs[0] = f.groups, f.examined, at, err
+		d.Capped = d.Examined >= failingRows
+	})
+	wg.Go(func() { d.Apps, errs[1] = c.o.Store.Applications(ctx, 200) })
+	for i, st := range []alarm.Status{alarm.StatusDead, alarm.StatusExpired} {
+		wg.Go(func() {
+			cs, next, err := c.o.Service.List(ctx, alarm.ListQuery{Application: d.Application, Status: st, Limit: listLimit})
+			var out []clockView
+			for _, cl := range cs {
+				out = append(out, clockView{Clock: cl, URL: clockURL(cl.Application, cl.BusinessID)})
+			}
+			if st == alarm.StatusDead {
+				d.Dead, d.MoreDead = out, next != 0
+			} else {
+				d.Expired, d.MoreExpired = out, next != 0
+			}
+			errs[2+i] = err
+		})
 	}
-	d.Failing, d.Examined, d.CountedAt = f.groups, f.examined, at
-	d.Capped = d.Examined >= failingRows
-	if d.Apps, err = c.o.Store.Applications(ctx, 200); err != nil {
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return "", err
-	}
-	for _, st := range []alarm.Status{alarm.StatusDead, alarm.StatusExpired} {
-		cs, next, err := c.o.Service.List(ctx, alarm.ListQuery{Application: d.Application, Status: st, Limit: listLimit})
-		if err != nil {
-			return "", err
-		}
-		var out []clockView
-		for _, cl := range cs {
-			out = append(out, clockView{Clock: cl, URL: clockURL(cl.Application, cl.BusinessID)})
-		}
-		if st == alarm.StatusDead {
-			d.Dead, d.MoreDead = out, next != 0
-		} else {
-			d.Expired, d.MoreExpired = out, next != 0
-		}
 	}
 	return "trouble", nil
 }

@@ -637,6 +637,17 @@ func TestList(t *testing.T) {
 			t.Fatalf("not newest first: %d after %d", cs[i].ID, cs[i-1].ID)
 		}
 	}
+	// By status alone, over both applications (one index range each,
+	// merged): the same clocks as the unfiltered list, paged.
+	var pendingAll []int64
+	for _, c := range cs {
+		if c.Status == "pending" {
+			pendingAll = append(pendingAll, c.ID)
+		}
+	}
+	if got := pageThrough("?status=pending", 7); len(pendingAll) < 20 || !reflect.DeepEqual(got, pendingAll) {
+		t.Errorf("pending of every application by 7:\n got %v\nwant %v", got, pendingAll)
+	}
 	if cs, next := e.list("?application=nobody"); len(cs) != 0 || next != "" {
 		t.Errorf("unknown application: %d clocks, next %q", len(cs), next)
 	}

@@ -80,7 +80,7 @@ func (c *Config) defaults() {
 		c.Interval = 30 * time.Second
 	}
 	if c.Batch <= 0 {
-		c.Batch = 1000
+		c.Batch = 250
 	}
 	if c.Pause < 0 {
 		c.Pause = 0
@@ -232,33 +232,55 @@ func (j *Janitor) hold(ctx context.Context) bool {
 var errLeaseLost = errors.New("janitor lease lost")
 
 // RunOnce does one janitor run: partitions, then the moves, then the
-// counts. It renews the lease while it works and stops when it is lost.
+// counts. A keeper renews the lease every LeaseTTL/3 while it works, however
+// long one step takes (a partition change on a busy server can take longer
+// than the TTL), and stops the run when the lease is lost.
 func (j *Janitor) RunOnce(ctx context.Context) error {
 	start := time.Now()
-	renewed := start
-	keep := func() error { // between steps: renew the lease when due
-		if time.Since(renewed) < j.cfg.LeaseTTL/3 {
-			return nil
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		tick := time.NewTicker(j.cfg.LeaseTTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-tick.C:
+				// the run's own end must not look like a lost lease:
+				// renew on the caller's context
+				if !j.hold(ctx) && runCtx.Err() == nil {
+					stop(errLeaseLost)
+					return
+				}
+			}
 		}
-		renewed = time.Now()
-		if !j.hold(ctx) {
+	}()
+	defer func() { stop(nil); <-kept }()
+	lost := func(err error) error { // the lease's loss explains a cancelled step
+		if errors.Is(context.Cause(runCtx), errLeaseLost) {
 			return errLeaseLost
 		}
-		return nil
+		return err
 	}
 	var errs []error
-	if err := j.partitionsStep(ctx); err != nil {
-		errs = append(errs, err)
+	if err := j.partitionsStep(runCtx); err != nil {
+		errs = append(errs, lost(err))
 	}
-	archived, deleted, err := j.moveStep(ctx, keep)
+	archived, deleted, err := j.moveStep(runCtx)
 	if err != nil {
-		errs = append(errs, err)
+		errs = append(errs, lost(err))
 	}
-	if err := j.countStep(ctx, true); err != nil {
-		errs = append(errs, err)
+	if err := j.countStep(runCtx, true); err != nil {
+		errs = append(errs, lost(err))
 	}
 	if archived+deleted > 0 {
 		j.log.Info("janitor run", "archived", archived, "deleted", deleted, "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	if errors.Is(context.Cause(runCtx), errLeaseLost) {
+		return errLeaseLost
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -280,7 +302,7 @@ type class struct {
 // in id order, so they never wait for each other; a drain uses as many
 // MySQL threads as there are movers, and the pause after each batch
 // leaves MySQL to the ring path.
-func (j *Janitor) moveStep(ctx context.Context, keep func() error) (archived, deleted int64, err error) {
+func (j *Janitor) moveStep(ctx context.Context) (archived, deleted int64, err error) {
 	now := j.cfg.Now()
 	dropBefore := now.Add(-j.cfg.HistoryKeep) // history would drop them already
 	if j.cfg.NoHistory {
@@ -293,7 +315,7 @@ func (j *Janitor) moveStep(ctx context.Context, keep func() error) (archived, de
 	for _, cl := range classes {
 		before := now.Add(-cl.retention)
 		for _, st := range cl.statuses {
-			a, d, err := j.moveStatus(ctx, keep, st, before, dropBefore)
+			a, d, err := j.moveStatus(ctx, st, before, dropBefore)
 			archived, deleted = archived+a, deleted+d
 			if err != nil {
 				return archived, deleted, err
@@ -305,7 +327,7 @@ func (j *Janitor) moveStep(ctx context.Context, keep func() error) (archived, de
 
 // moveStatus moves the clocks of one finished status that finished before
 // `before`: the finder (this goroutine) hands batches to the movers.
-func (j *Janitor) moveStatus(ctx context.Context, keep func() error, st alarm.Status, before, dropBefore time.Time) (archived, deleted int64, err error) {
+func (j *Janitor) moveStatus(ctx context.Context, st alarm.Status, before, dropBefore time.Time) (archived, deleted int64, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	batches := make(chan []int64)
@@ -345,9 +367,6 @@ func (j *Janitor) moveStatus(ctx context.Context, keep func() error, st alarm.St
 		var afterID int64
 		for {
 			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := keep(); err != nil {
 				return err
 			}
 			if err := j.countStep(ctx, false); err != nil { // a long drain still refreshes them

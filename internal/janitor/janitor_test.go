@@ -370,6 +370,56 @@ func TestCountsBackAfterOneFailedRenewal(t *testing.T) {
 	waitFor(t, "clockd_clocks back after the lease", 5*time.Second, func() bool { return series(t, reg, "clockd_clocks") == 6 })
 }
 
+// slowDDL is a store whose partition changes take longer than the lease
+// TTL, as a month of partitions can on a busy server.
+type slowDDL struct {
+	janitor.Store
+	delay time.Duration
+}
+
+func (s slowDDL) AddHistoryDays(ctx context.Context, days []time.Time) error {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.Store.AddHistoryDays(ctx, days)
+}
+
+// A step that takes longer than the lease TTL keeps the lease: it is
+// renewed while the step runs, so no second janitor takes over midway.
+func TestLeaseKeptThroughSlowStep(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	cfg := func(id string, reg prometheus.Registerer) janitor.Config {
+		return janitor.Config{InstanceID: id, Interval: 100 * time.Millisecond, LeaseTTL: 600 * time.Millisecond, Registerer: reg,
+			Logger: testenv.Logger(t).With("instance", id)}
+	}
+	regA := prometheus.NewRegistry()
+	a := janitor.New(cfg("a", regA), slowDDL{Store: w.store, delay: 2 * time.Second})
+	b := janitor.New(cfg("b", nil), w.store)
+	run := func(j *janitor.Janitor) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = j.Run(ctx) }()
+		return func() { cancel(); <-done }
+	}
+	stopA := run(a)
+	defer stopA()
+	waitFor(t, "a holds the lease", 5*time.Second, a.Held)
+	stopB := run(b)
+	defer stopB()
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if b.Held() {
+			t.Fatal("b took the lease while a's slow partition step ran")
+		}
+	}
+	waitFor(t, "a exports clockd_clocks after its slow run", 10*time.Second, func() bool { return series(t, regA, "clockd_clocks") == 6 })
+	if !a.Held() || b.Held() {
+		t.Errorf("after the slow step: a holds %v, b holds %v", a.Held(), b.Held())
+	}
+}
+
 // One janitor at a time: of two, one holds the lease and works; when it
 // stops, the other takes over at once; when it dies, after the lease TTL.
 func TestLeaseMovesBetweenInstances(t *testing.T) {

@@ -54,8 +54,10 @@ func TestConsoleReads(t *testing.T) {
 	for _, c := range counts {
 		got[c.Status] = c
 	}
-	if c := got[alarm.StatusPending]; c.Count != 10 || !c.AtLeast {
-		t.Errorf("pending of shop capped at 10: %+v", c)
+	// 12 pending past the cap of 10: InnoDB's estimate of the range, or
+	// the cap as a lower bound.
+	if c := got[alarm.StatusPending]; !(c.Estimated && c.Count > 10 && !c.AtLeast) && !(c.AtLeast && c.Count == 10) {
+		t.Errorf("pending of shop past the cap of 10: %+v, want an estimate above 10 or 10 at least", c)
 	}
 	if c := got[alarm.StatusDead]; c.Count != 2 || c.AtLeast {
 		t.Errorf("dead of shop: %+v", c)

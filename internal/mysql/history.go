@@ -296,7 +296,7 @@ func (s *Store) LeaseHolder(ctx context.Context, name string) (string, error) {
 // the count is InnoDB's estimate for the same range (a few index dives,
 // within a few per cent), so that the statement takes the same short time
 // whatever the size of the table.
-const exactCountUpTo = 100_000
+const exactCountUpTo = 10_000
 
 // CountClocks counts clocks per status in clock, cheaply at any size: a count above
 // exactCountUpTo is an estimate.
