@@ -79,3 +79,111 @@ func BenchmarkCreateBatch500(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N*500)/b.Elapsed().Seconds(), "clocks/s")
 }
+
+// benchClaimed creates n clocks due now (recurring every minute when
+// recurring) in one shard and claims them with a new token.
+func benchClaimed(b *testing.B, s *Store, n int, recurring bool) ([]alarm.Clock, int64) {
+	b.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	every := time.Minute
+	batch := make([]alarm.NewClock, n)
+	for i := range batch {
+		batch[i] = alarm.NewClock{Application: "bench", BusinessID: strconv.FormatInt(benchSeq.Add(1), 10),
+			Payload: `{"order":123456,"note":"close if unpaid"}`, ContentType: "application/json", RingAt: now}
+		if recurring {
+			pl := `{"order":123456,"note":"close if unpaid"}`
+			in := alarm.CreateInput{Application: "bench", BusinessID: batch[i].BusinessID, Payload: &pl,
+				Schedule: &alarm.ScheduleInput{Every: &every}}
+			nc, err := in.Validate(now.Add(-time.Minute), alarm.Limits{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch[i] = nc
+		}
+	}
+	ids := make([]int64, 0, n)
+	for _, r := range s.Create(ctx, batch, now) {
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		ids = append(ids, r.Clock.ID)
+	}
+	leases, err := s.AcquireLeases(ctx, "bench", s.cfg.Shards, time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok := benchSeq.Add(1)
+	cs, err := s.Claim(ctx, "bench", leases, ids, tok, now.Add(2*time.Minute), now)
+	if err != nil || len(cs) != n {
+		b.Fatalf("claim: %d of %d, %v", len(cs), n, err)
+	}
+	return cs, tok
+}
+
+// BenchmarkAdvance500 measures the outcome write of 500 recurring clocks
+// (history row and move to the next occurrence, one transaction), and
+// BenchmarkMarkRung500 that of 500 one-shot clocks, for comparison: the
+// ring path's two kinds of outcome writes.
+func BenchmarkAdvance500(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	var total time.Duration
+	for range b.N {
+		cs, tok := benchClaimed(b, s, 500, true)
+		at := time.Now()
+		advs := make([]alarm.Advance, len(cs))
+		for i, c := range cs {
+			advs[i] = alarm.AdvanceOf(c, alarm.StatusRung, at, at, "")
+		}
+		t0 := time.Now()
+		if err := s.Advance(ctx, advs, []int64{tok}, at); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N*500), "µs/clock")
+}
+
+func BenchmarkMarkRung500(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	var total time.Duration
+	for range b.N {
+		cs, tok := benchClaimed(b, s, 500, false)
+		at := time.Now()
+		rungs := make([]alarm.Rung, len(cs))
+		for i, c := range cs {
+			rungs[i] = alarm.Rung{ID: c.ID, At: at.Add(time.Duration(i/100) * time.Millisecond)} // 5 confirm times
+		}
+		t0 := time.Now()
+		if err := s.MarkRung(ctx, rungs, []int64{tok}); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N*500), "µs/clock")
+}
+
+// BenchmarkAdvance500NoHistory is BenchmarkAdvance500 with history.keep 0:
+// the move to the next occurrence alone.
+func BenchmarkAdvance500NoHistory(b *testing.B) {
+	s := benchStore(b)
+	s.cfg.NoHistory = true
+	ctx := context.Background()
+	var total time.Duration
+	for range b.N {
+		cs, tok := benchClaimed(b, s, 500, true)
+		at := time.Now()
+		advs := make([]alarm.Advance, len(cs))
+		for i, c := range cs {
+			advs[i] = alarm.AdvanceOf(c, alarm.StatusRung, at, at, "")
+		}
+		t0 := time.Now()
+		if err := s.Advance(ctx, advs, []int64{tok}, at); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N*500), "µs/clock")
+}

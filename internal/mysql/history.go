@@ -128,7 +128,7 @@ func (s *Store) MoveFinished(ctx context.Context, st alarm.Status, ids []int64, 
 			UpdateTime int64 `db:"update_time"`
 		}
 		args := append(idArgs(ids), string(st), ms(before))
-		if err := tx.SelectContext(ctx, &rows, "SELECT id, update_time FROM clock WHERE id IN ("+placeholders(len(ids))+
+		if err := tx.SelectContext(ctx, &rows, "SELECT id, update_time FROM "+byID+" WHERE id IN ("+placeholders(len(ids))+
 			") AND status = ? AND update_time < ? FOR UPDATE", args...); err != nil {
 			return fmt.Errorf("lock finished clocks: %w", err)
 		}

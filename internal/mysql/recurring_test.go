@@ -199,3 +199,96 @@ func TestListRecurringFilterAndPause(t *testing.T) {
 		t.Fatalf("resume: %+v %v", res, err)
 	}
 }
+
+// One Advance of several clocks gives each its own outcome: the values of
+// one never leak into another's row (the statement joins a table of them).
+func TestAdvanceSeveralClocksAtOnce(t *testing.T) {
+	db, _ := schemaDB(t, true)
+	ctx := context.Background()
+	if _, err := mysql.SetupShards(ctx, db, 1); err != nil {
+		t.Fatal(err)
+	}
+	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1})
+	t.Cleanup(s.Close)
+	now := time.Now()
+	every := 2 * time.Second
+	var news []alarm.NewClock
+	for i, maxOcc := range []int{0, 0, 1, 0} { // the third ends after one occurrence
+		in := alarm.CreateInput{Application: "app", BusinessID: "m-" + string(rune('a'+i)), Schedule: &alarm.ScheduleInput{Every: &every}}
+		if maxOcc > 0 {
+			in.Schedule.MaxOccurrences = &maxOcc
+		}
+		n, err := in.Validate(now, alarm.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		news = append(news, n)
+	}
+	var ids []int64
+	for _, r := range s.Create(ctx, news, now) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		ids = append(ids, r.Clock.ID)
+	}
+	leases, err := s.AcquireLeases(ctx, "me", 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := s.Claim(ctx, "me", leases, ids, 7, now.Add(time.Hour), now)
+	if err != nil || len(cs) != 4 {
+		t.Fatalf("claim: %d %v", len(cs), err)
+	}
+	byID := map[int64]alarm.Clock{}
+	for _, c := range cs {
+		byID[c.ID] = c
+	}
+	at := now.Add(5 * time.Millisecond)
+	rungA := alarm.AdvanceOf(byID[ids[0]], alarm.StatusRung, at, at, "")
+	expB := alarm.AdvanceOf(byID[ids[1]], alarm.StatusExpired, at.Add(time.Millisecond), at, "deadline passed")
+	endC := alarm.AdvanceOf(byID[ids[2]], alarm.StatusRung, at.Add(2*time.Millisecond), at, "")
+	// d is not advanced: it stays firing
+	if err := s.Advance(ctx, []alarm.Advance{endC, rungA, expB}, []int64{7}, at); err != nil {
+		t.Fatal(err)
+	}
+	get := func(id int64) alarm.Clock {
+		t.Helper()
+		for _, c := range cs {
+			if c.ID == id {
+				got, err := s.Get(ctx, alarm.Key{Application: c.Application, BusinessID: c.BusinessID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+		}
+		t.Fatalf("no clock %d", id)
+		return alarm.Clock{}
+	}
+	a, b, c, d := get(ids[0]), get(ids[1]), get(ids[2]), get(ids[3])
+	if a.Status != alarm.StatusPending || !a.RingAt.Equal(rungA.Next) || a.Occurrences != 1 || !a.RungAt.Equal(at.Truncate(time.Millisecond)) || a.LastError != "" || a.Attempts != 0 {
+		t.Errorf("a (rang, goes on): %+v", a)
+	}
+	if b.Status != alarm.StatusPending || !b.RingAt.Equal(expB.Next) || b.Occurrences != 0 || !b.RungAt.IsZero() || b.LastError != "deadline passed" {
+		t.Errorf("b (expired, goes on): %+v", b)
+	}
+	if c.Status != alarm.StatusRung || c.Occurrences != 1 || !c.RungAt.Equal(at.Add(2*time.Millisecond).Truncate(time.Millisecond)) || c.Attempts != 1 {
+		t.Errorf("c (rang its last): %+v", c)
+	}
+	if d.Status != alarm.StatusFiring {
+		t.Errorf("d (not advanced): %+v", d)
+	}
+	var hist []struct {
+		ID     int64  `db:"id"`
+		Status string `db:"status"`
+		Rung   *int64 `db:"rung_at"`
+	}
+	if err := s.DB().Select(&hist, "SELECT id, status, rung_at FROM clock_history ORDER BY id"); err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 3 || hist[0].ID != ids[0] || hist[0].Status != "rung" || hist[0].Rung == nil ||
+		hist[1].ID != ids[1] || hist[1].Status != "expired" || hist[1].Rung != nil ||
+		hist[2].ID != ids[2] || hist[2].Status != "rung" || hist[2].Rung == nil || *hist[2].Rung != at.Add(2*time.Millisecond).UnixMilli() {
+		t.Errorf("history rows: %+v", hist)
+	}
+}
