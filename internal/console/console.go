@@ -19,6 +19,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -336,6 +337,7 @@ func (c *Console) parseTemplates() error {
 		"time":     fmtTime,
 		"ago":      func(t time.Time) string { return ago(c.o.Now(), t) },
 		"bytes":    fmtBytes,
+		"approx":   fmtApprox,
 		"ms":       func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) },
 		"pathEsc":  url.PathEscape,
 		"queryEsc": url.QueryEscape,
@@ -382,6 +384,27 @@ func ago(now, t time.Time) string {
 		return "in " + d.String()
 	}
 	return (-d).String() + " ago"
+}
+
+// fmtApprox shows an estimated count with the precision it has: InnoDB's
+// index-range estimates are often off by up to a factor of two, so two
+// significant digits ("≈19k", "≈170k", "≈1.2M").
+func fmtApprox(n int64) string {
+	f := float64(n)
+	round2 := func(x float64) float64 { // to two significant digits
+		if x <= 0 {
+			return 0
+		}
+		p := math.Pow(10, math.Floor(math.Log10(x))-1)
+		return math.Round(x/p) * p
+	}
+	switch {
+	case n >= 1_000_000:
+		return fmt.Sprintf("≈%gM", round2(f)/1e6)
+	case n >= 1_000:
+		return fmt.Sprintf("≈%gk", round2(f)/1e3)
+	}
+	return fmt.Sprintf("≈%g", round2(f))
 }
 
 func fmtBytes(n int64) string {

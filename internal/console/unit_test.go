@@ -82,3 +82,11 @@ func TestRingOfReadsClockdHeaders(t *testing.T) {
 		t.Errorf("long payload: shown %d of %d", len(r.Payload), r.PayloadBytes)
 	}
 }
+
+func TestFmtApprox(t *testing.T) {
+	for n, want := range map[int64]string{201: "≈200", 999: "≈1000", 1500: "≈1.5k", 18970: "≈19k", 173712: "≈170k", 1_234_567: "≈1.2M", 9998: "≈10k"} {
+		if got := fmtApprox(n); got != want {
+			t.Errorf("fmtApprox(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
