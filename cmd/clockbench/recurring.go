@@ -67,8 +67,9 @@ type RecurringResult struct {
 	Early       int      `json:"early"`
 	OffSchedule int      `json:"off_schedule"`
 	RingRate    float64  `json:"ring_rate"`
-	// Lateness of the first receipt of each occurrence: all, and outside
-	// the outage (occurrences due from the kill until 10 s after ready).
+	// Lateness of the first receipt of each occurrence due by the cut-off
+	// (those Expected counts): all, and outside the outage (occurrences due
+	// from the kill until 10 s after ready).
 	Lateness        Summary  `json:"lateness"`
 	LatenessSteady  Summary  `json:"lateness_outside_outage"`
 	LostSamples     []string `json:"lost_samples,omitempty"`
@@ -120,7 +121,6 @@ func runRecurring(ctx context.Context, cfg *config, a *api, app string, logf fun
 
 	var mu sync.Mutex
 	seen := make(map[occKey]time.Time, rc.n*int(rc.duration/rc.every+2))
-	var lateness []time.Duration
 	received, twice, early, bad := 0, 0, 0, 0
 	cons, err := startConsumer(conn, queue, max(cfg.prefetch, 1000), func(now time.Time, d *amqp.Delivery) {
 		idText, msText, ok := strings.Cut(d.MessageId, ":")
@@ -143,7 +143,6 @@ func runRecurring(ctx context.Context, cfg *config, a *api, app string, logf fun
 		if now.Before(at) {
 			early++
 		}
-		lateness = append(lateness, now.Sub(at))
 	})
 	if err != nil {
 		return nil, err
@@ -292,7 +291,11 @@ func runRecurring(ctx context.Context, cfg *config, a *api, app string, logf fun
 	mu.Lock()
 	defer mu.Unlock()
 	res.Received, res.Twice, res.Early, res.OffSchedule = received, twice, early, bad
-	var steady []time.Duration
+	// Lateness: each occurrence of the measured window once (its first
+	// arrival), as Expected counts them. Occurrences after the cutoff ring
+	// while the clocks are being cancelled (thousands of DELETEs a second
+	// beside them) and are not part of the measurement.
+	var measured, steady []time.Duration
 	for k, at := range seen {
 		s, ok := starts[k.id]
 		occ := time.UnixMilli(k.ms)
@@ -300,6 +303,10 @@ func runRecurring(ctx context.Context, cfg *config, a *api, app string, logf fun
 			res.OffSchedule++
 			continue
 		}
+		if occ.After(cutoff) {
+			continue
+		}
+		measured = append(measured, at.Sub(occ))
 		if outageFrom.IsZero() || occ.Before(outageFrom) || occ.After(outageTo) {
 			steady = append(steady, at.Sub(occ))
 		}
@@ -316,7 +323,7 @@ func runRecurring(ctx context.Context, cfg *config, a *api, app string, logf fun
 		}
 	}
 	res.RingRate = float64(len(seen)) / time.Since(base).Seconds()
-	res.Lateness = summarize(lateness)
+	res.Lateness = summarize(measured)
 	res.LatenessSteady = summarize(steady)
 	if res.Lost > 0 || res.Early > 0 || res.OffSchedule > 0 {
 		return res, fmt.Errorf("recurring: %d occurrences lost, %d early, %d off the schedule", res.Lost, res.Early, res.OffSchedule)
