@@ -125,8 +125,15 @@ func benchClaimed(b *testing.B, s *Store, n int, recurring bool) ([]alarm.Clock,
 // (history row and move to the next occurrence, one transaction), and
 // BenchmarkMarkRung500 that of 500 one-shot clocks, for comparison: the
 // ring path's two kinds of outcome writes.
-func BenchmarkAdvance500(b *testing.B) {
+func BenchmarkAdvance500(b *testing.B) { benchAdvance(b, false) }
+
+// BenchmarkAdvance500NoHistory is BenchmarkAdvance500 with history.keep 0:
+// the move to the next occurrence alone.
+func BenchmarkAdvance500NoHistory(b *testing.B) { benchAdvance(b, true) }
+
+func benchAdvance(b *testing.B, noHistory bool) {
 	s := benchStore(b)
+	s.cfg.NoHistory = noHistory
 	ctx := context.Background()
 	var total time.Duration
 	for range b.N {
@@ -158,29 +165,6 @@ func BenchmarkMarkRung500(b *testing.B) {
 		}
 		t0 := time.Now()
 		if err := s.MarkRung(ctx, rungs, []int64{tok}); err != nil {
-			b.Fatal(err)
-		}
-		total += time.Since(t0)
-	}
-	b.ReportMetric(float64(total.Microseconds())/float64(b.N*500), "µs/clock")
-}
-
-// BenchmarkAdvance500NoHistory is BenchmarkAdvance500 with history.keep 0:
-// the move to the next occurrence alone.
-func BenchmarkAdvance500NoHistory(b *testing.B) {
-	s := benchStore(b)
-	s.cfg.NoHistory = true
-	ctx := context.Background()
-	var total time.Duration
-	for range b.N {
-		cs, tok := benchClaimed(b, s, 500, true)
-		at := time.Now()
-		advs := make([]alarm.Advance, len(cs))
-		for i, c := range cs {
-			advs[i] = alarm.AdvanceOf(c, alarm.StatusRung, at, at, "")
-		}
-		t0 := time.Now()
-		if err := s.Advance(ctx, advs, []int64{tok}, at); err != nil {
 			b.Fatal(err)
 		}
 		total += time.Since(t0)
