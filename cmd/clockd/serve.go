@@ -75,10 +75,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Logger: log, Registerer: reg,
 	})
 	defer store.Close()
+	var loop *ring.Loop // the janitor yields to it; the loop is made below
 	jan := janitor.New(janitor.Config{
 		InstanceID: cfg.Cluster.InstanceID, Retention: cfg.Janitor.Retention, RetentionFailed: cfg.Janitor.RetentionFailed,
 		HistoryKeep: cfg.History.Keep, NoHistory: cfg.History.Keep == 0, PartitionsAhead: cfg.History.PartitionsAhead,
-		Interval: cfg.Janitor.Interval, Batch: cfg.Janitor.Batch, Pause: cfg.Janitor.Pause, Movers: cfg.Janitor.Movers, LeaseTTL: cfg.Cluster.LeaseTTL,
+		Interval: cfg.Janitor.Interval, Batch: cfg.Janitor.Batch, Movers: cfg.Janitor.Movers, LeaseTTL: cfg.Cluster.LeaseTTL,
+		// yield MySQL to the rings from 5 s before they are due (the loop is
+		// set before the janitor starts)
+		Busy:      func() bool { return loop != nil && loop.Busy(5*time.Second) },
+		BusyShare: float64(cfg.Janitor.BusyPercent) / 100, Pause: cfg.Janitor.Pause,
 		Logger: log, Registerer: reg,
 	}, store)
 
@@ -100,7 +105,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	queue := ring.NewQueue()
 	var feeder *preload.Manager
-	var loop *ring.Loop
 	hints := rabbit.NewHints(rabbit.HintConfig{
 		URL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, InstanceID: cfg.Cluster.InstanceID, Logger: log,
 		OnHint: func(d alarm.Due) { feeder.Offer(d) }, Registerer: reg,

@@ -90,8 +90,12 @@ type Janitor struct {
 	// RetentionFailed: how long expired and dead clocks stay in clock.
 	RetentionFailed time.Duration `yaml:"retention_failed"`
 	Interval        time.Duration `yaml:"interval"`
-	Batch           int           `yaml:"batch"`
-	Pause           time.Duration `yaml:"pause"`
+	// Batch: the most clocks per move transaction; batches adapt below it.
+	Batch int `yaml:"batch"`
+	// BusyPercent: while this instance has rings due, the share of time
+	// each mover works; Pause: the least rest between two batches then.
+	BusyPercent int           `yaml:"busy_percent"`
+	Pause       time.Duration `yaml:"pause"`
 	// Movers: batches moved at once, each on a MySQL connection of its own.
 	Movers int `yaml:"movers"`
 }
@@ -159,7 +163,7 @@ func Default() Config {
 			RequestTimeout: 5 * time.Second, ResolveTimeout: 30 * time.Second},
 		AMQP:    AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Exchange: "clock.ring", ConfirmTimeout: 5 * time.Second},
 		Clock:   Clock{MaxPayloadBytes: 64 << 10, Shards: 32, IdempotencyWindow: 10 * time.Minute},
-		Janitor: Janitor{Retention: 24 * time.Hour, RetentionFailed: 168 * time.Hour, Interval: 30 * time.Second, Batch: 250, Pause: 10 * time.Millisecond, Movers: 2},
+		Janitor: Janitor{Retention: 24 * time.Hour, RetentionFailed: 168 * time.Hour, Interval: 30 * time.Second, Batch: 1000, BusyPercent: 10, Pause: 10 * time.Millisecond, Movers: 2},
 		History: History{Keep: 720 * time.Hour, PartitionsAhead: 3},
 		Preload: Preload{Window: 10 * time.Second, Interval: time.Second, Rescan: 30 * time.Second, Batch: 2000, HeapCap: 200000},
 		Ring: Ring{ClaimAhead: 100 * time.Millisecond, ClaimBatch: 500, MaxInFlight: 20000,
@@ -200,6 +204,7 @@ func (c *Config) env() []envVar {
 		{"CLOCKD_RETENTION_FAILED", "janitor.retention_failed", &c.Janitor.RetentionFailed},
 		{"CLOCKD_JANITOR_INTERVAL", "janitor.interval", &c.Janitor.Interval},
 		{"CLOCKD_JANITOR_BATCH", "janitor.batch", &c.Janitor.Batch},
+		{"CLOCKD_JANITOR_BUSY_PERCENT", "janitor.busy_percent", &c.Janitor.BusyPercent},
 		{"CLOCKD_JANITOR_PAUSE", "janitor.pause", &c.Janitor.Pause},
 		{"CLOCKD_JANITOR_MOVERS", "janitor.movers", &c.Janitor.Movers},
 		{"CLOCKD_HISTORY_KEEP", "history.keep", &c.History.Keep},
@@ -451,6 +456,9 @@ func (c Config) Validate() error {
 	}
 	if c.Janitor.Batch < 1 || c.Janitor.Batch > 10000 {
 		bad("janitor.batch", "must be between 1 and 10000, got %d", c.Janitor.Batch)
+	}
+	if c.Janitor.BusyPercent < 1 || c.Janitor.BusyPercent > 100 {
+		bad("janitor.busy_percent", "must be between 1 and 100, got %d", c.Janitor.BusyPercent)
 	}
 	if c.Janitor.Movers < 1 || c.Janitor.Movers > 8 {
 		bad("janitor.movers", "must be between 1 and 8, got %d", c.Janitor.Movers)

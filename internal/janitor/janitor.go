@@ -48,12 +48,17 @@ type Config struct {
 	PartitionsAhead int
 	// Interval between runs (at most a minute).
 	Interval time.Duration
-	// Batch: clocks per move transaction; Pause: the rest of a mover
-	// between two batches, which leaves MySQL to the ring path; Movers:
-	// how many batches move at once (default 2).
+	// Batch: the most clocks per move transaction (batches adapt below
+	// it, see pace); Movers: how many batches move at once (default 2).
 	Batch  int
-	Pause  time.Duration
 	Movers int
+	// Busy reports whether the ring path has work now (clocks due or in
+	// flight); nil: never. While it has, each mover works at most
+	// BusyShare of the time (default 0.1) and rests at least Pause between
+	// batches; while it has not, movers do not rest.
+	Busy      func() bool
+	BusyShare float64
+	Pause     time.Duration
 	// LeaseTTL: a dead holder's lease is taken over within it.
 	LeaseTTL time.Duration
 	// CountEvery: how often the holder counts clocks per status.
@@ -80,7 +85,10 @@ func (c *Config) defaults() {
 		c.Interval = 30 * time.Second
 	}
 	if c.Batch <= 0 {
-		c.Batch = 250
+		c.Batch = 1000
+	}
+	if c.BusyShare <= 0 || c.BusyShare > 1 {
+		c.BusyShare = 0.1
 	}
 	if c.Pause < 0 {
 		c.Pause = 0
@@ -300,14 +308,15 @@ type class struct {
 // index while Movers batches move, each in a transaction of its own on a
 // connection of its own. The batches are disjoint and each locks its rows
 // in id order, so they never wait for each other; a drain uses as many
-// MySQL threads as there are movers, and the pause after each batch
-// leaves MySQL to the ring path.
+// MySQL threads as there are movers. The pace sizes the batches and, while
+// rings are due, rests the movers to leave MySQL to the ring path.
 func (j *Janitor) moveStep(ctx context.Context) (archived, deleted int64, err error) {
 	now := j.cfg.Now()
 	dropBefore := now.Add(-j.cfg.HistoryKeep) // history would drop them already
 	if j.cfg.NoHistory {
 		dropBefore = now
 	}
+	p := newPace(j.cfg) // one per run: a run's length raises its share
 	classes := []class{
 		{[]alarm.Status{alarm.StatusRung, alarm.StatusCancelled}, j.cfg.Retention},
 		{[]alarm.Status{alarm.StatusExpired, alarm.StatusDead}, j.cfg.RetentionFailed},
@@ -315,7 +324,7 @@ func (j *Janitor) moveStep(ctx context.Context) (archived, deleted int64, err er
 	for _, cl := range classes {
 		before := now.Add(-cl.retention)
 		for _, st := range cl.statuses {
-			a, d, err := j.moveStatus(ctx, st, before, dropBefore)
+			a, d, err := j.moveStatus(ctx, p, st, before, dropBefore)
 			archived, deleted = archived+a, deleted+d
 			if err != nil {
 				return archived, deleted, err
@@ -327,7 +336,7 @@ func (j *Janitor) moveStep(ctx context.Context) (archived, deleted int64, err er
 
 // moveStatus moves the clocks of one finished status that finished before
 // `before`: the finder (this goroutine) hands batches to the movers.
-func (j *Janitor) moveStatus(ctx context.Context, st alarm.Status, before, dropBefore time.Time) (archived, deleted int64, err error) {
+func (j *Janitor) moveStatus(ctx context.Context, p *pace, st alarm.Status, before, dropBefore time.Time) (archived, deleted int64, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	batches := make(chan []int64)
@@ -341,6 +350,7 @@ func (j *Janitor) moveStatus(ctx context.Context, st alarm.Status, before, dropB
 		go func() {
 			defer wg.Done()
 			for ids := range batches {
+				start := time.Now()
 				a, d, err := j.store.MoveFinished(ctx, st, ids, before, dropBefore, !j.cfg.NoHistory)
 				if err != nil {
 					cancel(err)
@@ -351,11 +361,11 @@ func (j *Janitor) moveStatus(ctx context.Context, st alarm.Status, before, dropB
 				mu.Lock()
 				moved[0], moved[1] = moved[0]+a, moved[1]+d
 				mu.Unlock()
-				if j.cfg.Pause > 0 {
+				if rest := p.moved(len(ids), time.Since(start)); rest > 0 {
 					select {
 					case <-ctx.Done():
 						return
-					case <-time.After(j.cfg.Pause):
+					case <-time.After(rest):
 					}
 				}
 			}
@@ -372,7 +382,8 @@ func (j *Janitor) moveStatus(ctx context.Context, st alarm.Status, before, dropB
 			if err := j.countStep(ctx, false); err != nil { // a long drain still refreshes them
 				j.log.Debug("count clocks", "err", err)
 			}
-			ids, last, err := j.store.FinishedBefore(ctx, st, before, afterAt, afterID, j.cfg.Batch)
+			size := p.batch()
+			ids, last, err := j.store.FinishedBefore(ctx, st, before, afterAt, afterID, size)
 			if err != nil {
 				return err
 			}
@@ -385,7 +396,7 @@ func (j *Janitor) moveStatus(ctx context.Context, st alarm.Status, before, dropB
 				return ctx.Err()
 			}
 			afterAt, afterID = last, ids[len(ids)-1]
-			if len(ids) < j.cfg.Batch {
+			if len(ids) < size {
 				return nil
 			}
 		}

@@ -299,6 +299,20 @@ func (l *Loop) Held() []int64 {
 	return out
 }
 
+// Busy reports whether the loop has work now or within `within`: clocks
+// in flight, or a clock in its queue due by then. The janitor yields
+// MySQL to the rings while it is busy.
+func (l *Loop) Busy(within time.Duration) bool {
+	l.mu.Lock()
+	n := len(l.flights)
+	l.mu.Unlock()
+	if n > 0 {
+		return true
+	}
+	at, ok := l.q.Earliest()
+	return ok && !at.After(l.clk.Now().Add(within))
+}
+
 // Drain is called before the shards are handed to another instance (a
 // rebalance): no claim of theirs is under way when it returns, their armed
 // clocks go back to pending, and their rings in flight are confirmed (or

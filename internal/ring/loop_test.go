@@ -654,3 +654,32 @@ func TestNotSentIsNoAttempt(t *testing.T) {
 		}
 	})
 }
+
+// Busy tells the janitor when to leave MySQL to the rings: from `within`
+// before a clock is due until its ring is recorded, and not otherwise.
+func TestBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		if h.loop.Busy(time.Second) {
+			t.Fatal("busy with an empty queue")
+		}
+		at := t0.Add(3 * time.Second)
+		h.add(clockAt(1, at))
+		h.step(at.Add(time.Second), 10*time.Millisecond, func(now time.Time) {
+			rung := h.store.row(1).Status == alarm.StatusRung
+			busy := h.loop.Busy(time.Second)
+			switch {
+			case now.Before(at.Add(-time.Second)) && busy:
+				t.Fatalf("busy at %v, more than 1s before the clock is due", now.Sub(t0))
+			case !now.Before(at.Add(-time.Second)) && !rung && !busy:
+				t.Fatalf("not busy at %v, the clock due at %v not rung yet", now.Sub(t0), at.Sub(t0))
+			}
+		})
+		if h.store.row(1).Status != alarm.StatusRung {
+			t.Fatal("the clock did not ring")
+		}
+		if h.loop.Busy(time.Second) {
+			t.Error("still busy after the only clock rang and was recorded")
+		}
+	})
+}
