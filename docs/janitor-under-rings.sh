@@ -97,7 +97,7 @@ POLL=$!
 T0=$(date +%s.%N)
 for r in $(seq "$RUNS"); do ring "during-drain-$r"; done
 T1=$(date +%s.%N)
-AT1=$(tail -1 "$OUT/moved.log" | cut -d' ' -f2)
+AT1=$(curl -s http://127.0.0.1:18091/metrics | awk '/^clockd_janitor_rows_total/ {s += $2} END {print s + 0}')
 until grep -q '"janitor run"' "$OUT/clockd.drain.log"; do sleep 0.5; done
 T2=$(date +%s.%N)
 kill "$POLL"
