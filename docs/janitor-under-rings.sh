@@ -18,6 +18,7 @@
 #   3. waits for the drain to end and prints its rate, overall and after the
 #      ring scenarios, from clockd_janitor_rows_total sampled every 2 s.
 # RabbitMQ is the local one (exchange clock.ring.jb). Output: $OUT.
+# MYSQLD_EXTRA adds mariadbd options (e.g. --innodb-flush-log-at-trx-commit=2).
 set -u
 N=${1:-10000000}
 RUNS=${2:-3}
@@ -35,7 +36,7 @@ mariadb-install-db --no-defaults --datadir="$DIR/data" --auth-root-authenticatio
 	--log-error="$DIR/error.log" --port="$PORT" --bind-address=127.0.0.1 --skip-name-resolve \
 	--innodb-buffer-pool-size="$POOL" --innodb-log-file-size=2G --max-connections=500 \
 	--character-set-server=utf8mb4 --skip-log-bin --slow-query-log=1 --long-query-time=0.1 \
-	--slow-query-log-file="$OUT/slow.log" --user="$(id -un)" &
+	--slow-query-log-file="$OUT/slow.log" --user="$(id -un)" ${MYSQLD_EXTRA:-} &
 MYPID=$!
 CPID=
 cleanup() {

@@ -349,7 +349,15 @@ func (j *Janitor) moveStatus(ctx context.Context, p *pace, st alarm.Status, befo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var rest time.Duration // owed by the last batch, taken before the next: none at the end
 			for ids := range batches {
+				if rest > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(rest):
+					}
+				}
 				start := time.Now()
 				a, d, err := j.store.MoveFinished(ctx, st, ids, before, dropBefore, !j.cfg.NoHistory)
 				if err != nil {
@@ -361,13 +369,7 @@ func (j *Janitor) moveStatus(ctx context.Context, p *pace, st alarm.Status, befo
 				mu.Lock()
 				moved[0], moved[1] = moved[0]+a, moved[1]+d
 				mu.Unlock()
-				if rest := p.moved(len(ids), time.Since(start)); rest > 0 {
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(rest):
-					}
-				}
+				rest = p.moved(len(ids), time.Since(start))
 			}
 		}()
 	}

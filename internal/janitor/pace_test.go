@@ -144,7 +144,7 @@ func TestRunYieldsWhileRingsAreDue(t *testing.T) {
 				}
 				want := 10 * 10 * time.Millisecond // ten moves, no rest
 				if busy {
-					want = 10 * (10 + 90) * time.Millisecond // a rest of 9x after each
+					want = 10*10*time.Millisecond + 9*90*time.Millisecond // a rest of 9x between two
 				}
 				if took < want-5*time.Millisecond || took > want+50*time.Millisecond {
 					t.Errorf("the run took %v, want %v", took, want)

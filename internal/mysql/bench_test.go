@@ -171,3 +171,27 @@ func BenchmarkMarkRung500(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N*500), "µs/clock")
 }
+
+// BenchmarkFail500 measures the outcome write of 500 failed attempts (an
+// application whose queue is not bound fails every ring), each with its
+// own next try and error.
+func BenchmarkFail500(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	var total time.Duration
+	for range b.N {
+		cs, tok := benchClaimed(b, s, 500, false)
+		at := time.Now()
+		outs := make([]alarm.Outcome, len(cs))
+		for i, c := range cs {
+			outs[i] = alarm.Outcome{ID: c.ID, Status: alarm.StatusPending, NextTryAt: at.Add(time.Second + time.Duration(i)*time.Millisecond),
+				Error: "unroutable: no queue bound for application bench"}
+		}
+		t0 := time.Now()
+		if err := s.Fail(ctx, outs, []int64{tok}, at); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N*500), "µs/clock")
+}
