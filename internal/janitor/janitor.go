@@ -122,6 +122,7 @@ type Janitor struct {
 	lastRun    prometheus.Gauge
 	holder     prometheus.Gauge
 	errs       prometheus.Counter
+	yielded    prometheus.Counter
 
 	mu        sync.Mutex
 	held      bool
@@ -145,6 +146,8 @@ func New(cfg Config, store Store) *Janitor {
 			Help: "When this instance's janitor last completed a run (0: never)."}),
 		holder: prometheus.NewGauge(prometheus.GaugeOpts{Name: "clockd_janitor_holder",
 			Help: "1 while this instance holds the janitor lease."}),
+		yielded: prometheus.NewCounter(prometheus.CounterOpts{Name: "clockd_janitor_yield_seconds_total",
+			Help: "Time the janitor's movers rested to leave MySQL to the rings (janitor.busy_percent), summed over movers."}),
 		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: "clockd_janitor_errors_total",
 			Help: "Janitor runs or steps that failed (logged; retried at the next run)."}),
 	}
@@ -153,7 +156,7 @@ func New(cfg Config, store Store) *Janitor {
 	j.partitions.WithLabelValues("created")
 	j.partitions.WithLabelValues("dropped")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(j.rows, j.partitions, j.days, j.lastRun, j.holder, j.errs, countsCollector{j})
+		cfg.Registerer.MustRegister(j.rows, j.partitions, j.days, j.lastRun, j.holder, j.errs, j.yielded, countsCollector{j})
 	}
 	return j
 }
@@ -356,6 +359,7 @@ func (j *Janitor) moveStatus(ctx context.Context, p *pace, st alarm.Status, befo
 					case <-ctx.Done():
 						return
 					case <-time.After(rest):
+						j.yielded.Add(rest.Seconds())
 					}
 				}
 				start := time.Now()

@@ -3,10 +3,13 @@ package janitor
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/clockd/clockd/internal/alarm"
 )
@@ -133,7 +136,8 @@ func TestRunYieldsWhileRingsAreDue(t *testing.T) {
 				for id := range int64(1000) {
 					m.ids = append(m.ids, id+1)
 				}
-				j := New(Config{InstanceID: "a", Batch: 100, Movers: 1, Busy: func() bool { return busy }}, m)
+				reg := prometheus.NewRegistry()
+				j := New(Config{InstanceID: "a", Batch: 100, Movers: 1, Busy: func() bool { return busy }, Registerer: reg}, m)
 				start := time.Now()
 				if err := j.RunOnce(context.Background()); err != nil {
 					t.Fatal(err)
@@ -149,7 +153,30 @@ func TestRunYieldsWhileRingsAreDue(t *testing.T) {
 				if took < want-5*time.Millisecond || took > want+50*time.Millisecond {
 					t.Errorf("the run took %v, want %v", took, want)
 				}
+				wantYield := 0.0
+				if busy {
+					wantYield = 9 * 0.090
+				}
+				if got := gathered(t, reg, "clockd_janitor_yield_seconds_total"); math.Abs(got-wantYield) > 0.005 {
+					t.Errorf("clockd_janitor_yield_seconds_total %.3f, want %.3f", got, wantYield)
+				}
 			})
 		})
 	}
+}
+
+// gathered is the value of the unlabelled counter name in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s not gathered", name)
+	return 0
 }
