@@ -145,7 +145,10 @@ func (s *Store) Failing(ctx context.Context, until time.Time, limit int) (groups
 		args = append(args, sh)
 	}
 	args = append(args, ms(until), limit)
-	from := "FROM clock WHERE shard IN (" + placeholders(s.cfg.Shards) + ") AND status = 'pending' AND next_try_time <= ? LIMIT ?"
+	// Firing too: a failing clock is firing while it is retried (from the
+	// claim, ring.claim_ahead before its try, to the outcome), and must not
+	// drop off the list meanwhile. Its last_error is its previous attempt's.
+	from := "FROM clock WHERE shard IN (" + placeholders(s.cfg.Shards) + ") AND status IN ('pending', 'firing') AND next_try_time <= ? LIMIT ?"
 	// How many rows the range holds, up to the limit: index only.
 	if err := s.db.GetContext(ctx, &examined, "SELECT COUNT(*) FROM (SELECT 1 "+from+") t", args...); err != nil {
 		return nil, 0, fmt.Errorf("failing clocks: %w", mapErr(err))
@@ -160,8 +163,8 @@ func (s *Store) Failing(ctx context.Context, until time.Time, limit int) (groups
 	}
 	if err := s.db.SelectContext(ctx, &rows, `SELECT application, last_error, COUNT(*) AS n, MAX(attempts) AS max_attempts,
 			MIN(business_id) AS sample, MAX(update_time) AS last_at
-		FROM (SELECT application, COALESCE(last_error, '') AS last_error, attempts, business_id, update_time `+from+`) t
-		WHERE attempts > 0 GROUP BY application, last_error ORDER BY n DESC, application, last_error LIMIT 100`, args...); err != nil {
+		FROM (SELECT application, status, COALESCE(last_error, '') AS last_error, attempts, business_id, update_time `+from+`) t
+		WHERE attempts > 0 AND (status = 'pending' OR last_error <> '') GROUP BY application, last_error ORDER BY n DESC, application, last_error LIMIT 100`, args...); err != nil {
 		return nil, 0, fmt.Errorf("failing clocks: %w", mapErr(err))
 	}
 	for _, r := range rows {

@@ -91,6 +91,18 @@ func TestConsoleReads(t *testing.T) {
 		groups[0].Sample != "f-1" || groups[0].LastError != "rabbit: message unroutable" || examined != 3 {
 		t.Errorf("Failing = %+v, examined %d", groups, examined)
 	}
+	// While retried, the failing clock is firing: it stays on the list. A
+	// clock firing for its first attempt (no error yet) is not failing.
+	if _, err := db.Exec("UPDATE clock SET status = 'firing', attempts = attempts + 1 WHERE application = 'lost' AND business_id = 'f-1' OR application = 'shop' AND business_id = 'p-3'"); err != nil {
+		t.Fatal(err)
+	}
+	groups, examined, err = s.Failing(ctx, now.Add(5*time.Minute), 1000)
+	if err != nil || len(groups) != 1 || groups[0].Application != "lost" || groups[0].Count != 1 || groups[0].MaxAttempts != 4 || examined != 3 {
+		t.Errorf("Failing with the failing clock being retried = %+v, examined %d, %v", groups, examined, err)
+	}
+	if _, err := db.Exec("UPDATE clock SET status = 'pending', attempts = attempts - 1 WHERE application = 'lost' AND business_id = 'f-1' OR application = 'shop' AND business_id = 'p-3'"); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := s.Heartbeat(ctx, "i-1", "127.0.0.1:1", now, time.Minute); err != nil {
 		t.Fatal(err)
