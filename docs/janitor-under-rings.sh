@@ -80,6 +80,7 @@ start() { # label, then environment
 	exit 1
 }
 stop() { kill "$CPID"; wait "$CPID" 2>/dev/null; CPID=; }
+moved() { curl -s http://127.0.0.1:18091/metrics | awk '/^clockd_janitor_rows_total/ {s += $2} END {print s + 0}'; }
 ring() {
 	"$BIN/clockbench" -addr http://127.0.0.1:18091 -exchange clock.ring.jb -scenario ring -n 50000 -span 10s \
 		-out "$OUT/bench.$1" >"$OUT/ring.$1.txt" 2>&1
@@ -92,13 +93,13 @@ stop
 
 start drain
 (while sleep 2; do
-	echo "$(date +%s.%N) $(curl -s http://127.0.0.1:18091/metrics | awk '/^clockd_janitor_rows_total/ {s += $2} END {print s + 0}')"
+	echo "$(date +%s.%N) $(moved)"
 done >"$OUT/moved.log") &
 POLL=$!
 T0=$(date +%s.%N)
 for r in $(seq "$RUNS"); do ring "during-drain-$r"; done
 T1=$(date +%s.%N)
-AT1=$(curl -s http://127.0.0.1:18091/metrics | awk '/^clockd_janitor_rows_total/ {s += $2} END {print s + 0}')
+AT1=$(moved)
 until grep -q '"janitor run"' "$OUT/clockd.drain.log"; do sleep 0.5; done
 T2=$(date +%s.%N)
 kill "$POLL"

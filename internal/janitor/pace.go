@@ -45,7 +45,7 @@ func newPace(cfg Config) *pace {
 	p := &pace{max: cfg.Batch, share: cfg.BusyShare, pause: cfg.Pause, busy: cfg.Busy,
 		interval: cfg.Interval, now: time.Now}
 	p.start = p.now()
-	p.size = max(min(p.max, 250), min(minBatch, p.max)) // start modest: the server's state is unknown
+	p.size = min(p.max, 250) // start modest: the server's state is unknown
 	return p
 }
 
