@@ -72,7 +72,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Shards: shards, Writers: cfg.MySQL.Writers, MaxBatchRows: cfg.MySQL.BatchRows,
 		WriteTimeout: cfg.MySQL.RequestTimeout, ResolveTimeout: cfg.MySQL.ResolveTimeout,
 		IdempotencyWindow: idempotencyWindow(cfg.Clock.IdempotencyWindow), NoHistory: cfg.History.Keep == 0,
-		Logger: log, Registerer: reg,
+		// a claim is made at most ring.claim_ahead (at most half the window)
+		// before the clock is due; the window leaves room for instances
+		// configured otherwise
+		ClaimAhead: cfg.Preload.Window,
+		Logger:     log, Registerer: reg,
 	})
 	defer store.Close()
 	var loop *ring.Loop // the janitor yields to it; the loop is made below

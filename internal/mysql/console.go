@@ -48,6 +48,19 @@ func (s *Store) StatusCounts(ctx context.Context, app string, limit int) ([]alar
 	if err := s.db.SelectContext(ctx, &rows, strings.Join(parts, " UNION ALL "), args...); err != nil {
 		return nil, fmt.Errorf("count clocks of %s: %w", app, mapErr(err))
 	}
+	// pending clocks with a claim are firing (see countClaimed)
+	claimed, err := s.countClaimed(ctx, app, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("count clocks of %s: %w", app, err)
+	}
+	for i := range rows {
+		switch alarm.Status(rows[i].Status) {
+		case alarm.StatusPending:
+			rows[i].N = max(0, rows[i].N-claimed)
+		case alarm.StatusFiring:
+			rows[i].N += claimed
+		}
+	}
 	out := make([]alarm.StatusCount, len(rows))
 	for i, r := range rows {
 		c := alarm.StatusCount{Application: app, Status: alarm.Status(r.Status), Count: r.N}
@@ -163,8 +176,8 @@ func (s *Store) Failing(ctx context.Context, until time.Time, limit int) (groups
 	}
 	if err := s.db.SelectContext(ctx, &rows, `SELECT application, last_error, COUNT(*) AS n, MAX(attempts) AS max_attempts,
 			MIN(business_id) AS sample, MAX(update_time) AS last_at
-		FROM (SELECT application, status, COALESCE(last_error, '') AS last_error, attempts, business_id, update_time `+from+`) t
-		WHERE attempts > 0 AND (status = 'pending' OR last_error <> '') GROUP BY application, last_error ORDER BY n DESC, application, last_error LIMIT 100`, args...); err != nil {
+		FROM (SELECT application, status, claim_token, COALESCE(last_error, '') AS last_error, attempts, business_id, update_time `+from+`) t
+		WHERE attempts > 0 AND (status = 'pending' AND claim_token IS NULL OR last_error <> '') GROUP BY application, last_error ORDER BY n DESC, application, last_error LIMIT 100`, args...); err != nil {
 		return nil, 0, fmt.Errorf("failing clocks: %w", mapErr(err))
 	}
 	for _, r := range rows {

@@ -299,7 +299,12 @@ func (s *Store) LeaseHolder(ctx context.Context, name string) (string, error) {
 const exactCountUpTo = 10_000
 
 // CountClocks counts clocks per status in clock, cheaply at any size: a count above
-// exactCountUpTo is an estimate.
+// exactCountUpTo is an estimate. The status column holds 'pending' for
+// pending and firing clocks alike (a claim sets only claim_token): the
+// firing ones are counted among the pending clocks already due (a claim
+// is made at most ring.claim_ahead early), reading at most exactCountUpTo
+// of them (a backlog of more makes the firing count a lower bound), and
+// taken off the pending count.
 func (s *Store) CountClocks(ctx context.Context) (map[alarm.Status]int64, error) {
 	out := map[alarm.Status]int64{}
 	for _, st := range []alarm.Status{alarm.StatusPending, alarm.StatusFiring, alarm.StatusRung, alarm.StatusCancelled, alarm.StatusExpired, alarm.StatusDead} {
@@ -317,7 +322,36 @@ func (s *Store) CountClocks(ctx context.Context) (map[alarm.Status]int64, error)
 		}
 		out[st] = n
 	}
+	claimed, err := s.countClaimed(ctx, "", time.Now())
+	if err != nil {
+		return nil, err
+	}
+	out[alarm.StatusFiring] += claimed
+	out[alarm.StatusPending] = max(0, out[alarm.StatusPending]-claimed)
 	return out, nil
+}
+
+// countClaimed counts the claimed pending clocks (firing, see claimedBy) of
+// app (all when empty) among the first exactCountUpTo pending clocks due
+// by now + ring.claim_ahead: all of them unless a backlog is due.
+func (s *Store) countClaimed(ctx context.Context, app string, now time.Time) (int64, error) {
+	args := make([]any, 0, s.cfg.Shards+3)
+	for sh := range s.cfg.Shards {
+		args = append(args, sh)
+	}
+	args = append(args, ms(now.Add(s.cfg.ClaimAhead)))
+	cond := ""
+	if app != "" {
+		cond = " AND application = ?"
+		args = append(args, app)
+	}
+	args = append(args, exactCountUpTo)
+	var n int64
+	if err := s.db.GetContext(ctx, &n, "SELECT COUNT(claim_token) FROM (SELECT claim_token FROM clock WHERE shard IN ("+
+		placeholders(s.cfg.Shards)+") AND status = 'pending' AND next_try_time <= ?"+cond+" LIMIT ?) t", args...); err != nil {
+		return 0, fmt.Errorf("count firing clocks: %w", mapErr(err))
+	}
+	return n, nil
 }
 
 // estimateRows is the optimizer's row estimate of a single-table query

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
 )
@@ -20,7 +21,7 @@ func (s *Store) ListEach(ctx context.Context, q alarm.ListQuery, withPayload boo
 	if err != nil {
 		return err
 	}
-	query, args := listSQL(q, cols, apps)
+	query, args := listSQL(q, cols, apps, s.statusWhere(time.Now()))
 	rows, err := s.db.QueryxContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("list clocks: %w", mapErr(err))

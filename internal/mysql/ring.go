@@ -26,8 +26,8 @@ func idArgs(ids []int64) []any {
 }
 
 // LoadDue returns up to limit pending clocks of a shard with next_try_time in
-// (after, until], ordered by (next_try_time, id) after the cursor. It reads
-// the index only and writes nothing.
+// (after, until], ordered by (next_try_time, id) after the cursor, leaving
+// out those claimed (firing). It writes nothing.
 func (s *Store) LoadDue(ctx context.Context, shard int, afterAt time.Time, afterID int64, until time.Time, limit int) ([]alarm.Due, error) {
 	var rows []struct {
 		ID   int64 `db:"id"`
@@ -35,7 +35,7 @@ func (s *Store) LoadDue(ctx context.Context, shard int, afterAt time.Time, after
 	}
 	a, u := ms(afterAt), ms(until)
 	err := s.db.SelectContext(ctx, &rows, `SELECT id, next_try_time FROM clock
-		WHERE shard = ? AND status = 'pending' AND next_try_time <= ?
+		WHERE shard = ? AND status = 'pending' AND next_try_time <= ? AND claim_token IS NULL
 		  AND (next_try_time > ? OR (next_try_time = ? AND id > ?))
 		ORDER BY next_try_time, id LIMIT ?`, shard, u, a, a, afterID, limit)
 	if err != nil {
@@ -80,11 +80,25 @@ func sortedIDs(ids []int64) []int64 {
 	return out
 }
 
-// Claim moves the given clocks from pending to firing, but only in shards
+// A claimed clock is firing: status stays 'pending' and claim_token is set
+// (claimed below). A claim writes no indexed column, so it moves no index
+// entry: setting status = 'firing' moved the clock's entries in the three
+// status-bearing indexes, and the rung mark moved them again, about half of
+// MySQL's work per ring (docs/benchmarks.md, migration 00008). Rows claimed
+// by earlier versions have status = 'firing'; recovery handles both.
+const (
+	unclaimed = "status = 'pending' AND claim_token IS NULL"
+	// claimedBy is followed by the list of claim tokens
+	claimedBy = "status = 'pending' AND claim_token IN ("
+	// firingRow is any firing clock, either form
+	firingRow = "(status = 'firing' OR status = 'pending' AND claim_token IS NOT NULL)"
+)
+
+// Claim claims the given clocks (pending -> firing), but only in shards
 // that owner still holds with the given epochs (fencing), and returns the
-// clocks it claimed. Clocks cancelled or changed meanwhile are not claimed.
-// The claim counts the attempt about to be made (attempts + 1), so that a
-// clock rung again after a takeover says attempt 2 or more.
+// clocks it claimed. Clocks cancelled, changed or claimed meanwhile are not
+// claimed. The claim counts the attempt about to be made (attempts + 1), so
+// that a clock rung again after a takeover says attempt 2 or more.
 //
 // The rows are found and locked by primary key only (the shard fence is a
 // subquery on clock_shard, not a join that could drive the scan through the
@@ -96,14 +110,14 @@ func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, i
 	ids = sortedIDs(ids)
 	var b strings.Builder
 	args := make([]any, 0, 6+4*len(leases)+len(ids))
-	b.WriteString("UPDATE " + byID + ` SET status = 'firing', attempts = attempts + 1, claim_token = ?, update_time = ?, claim_epoch = CASE shard`)
+	b.WriteString("UPDATE " + byID + ` SET attempts = attempts + 1, claim_token = ?, claim_time = ?, claim_epoch = CASE shard`)
 	args = append(args, token, ms(now))
 	for _, l := range leases {
 		b.WriteString(" WHEN ? THEN ?")
 		args = append(args, l.Shard, l.Epoch)
 	}
 	match, margs := idMatch(ids)
-	b.WriteString(" END WHERE " + match + " AND status = 'pending' AND next_try_time <= ?")
+	b.WriteString(" END WHERE " + match + " AND " + unclaimed + " AND next_try_time <= ?")
 	args = append(args, margs...)
 	args = append(args, ms(until))
 	b.WriteString(" AND shard IN (SELECT shard FROM clock_shard WHERE owner = ? AND lease_until > " + dbNowMS + " AND (shard, epoch) IN (")
@@ -120,7 +134,7 @@ func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, i
 		return nil, fmt.Errorf("claim %d clocks: %w", len(ids), mapErr(err))
 	}
 	var rows []row
-	q := "SELECT " + clockCols + " FROM " + byID + " WHERE " + match + " AND status = 'firing' AND claim_token = ?"
+	q := "SELECT " + clockCols + " FROM " + byID + " WHERE " + match + " AND " + claimedBy + "?)"
 	if err := s.db.SelectContext(ctx, &rows, q, append(margs, token)...); err != nil {
 		return nil, fmt.Errorf("read claimed clocks: %w", mapErr(err))
 	}
@@ -135,8 +149,8 @@ func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, i
 // never published.
 const notAttempted = "attempts = GREATEST(attempts, 1) - 1"
 
-// Release puts back to pending those of ids that a claim with the given
-// token left firing. A claim whose answer was lost (connection cut, timeout)
+// Release unclaims those of ids that a claim with the given token left
+// firing. A claim whose answer was lost (connection cut, timeout)
 // may still have been applied; its clocks must not wait for the firing
 // timeout.
 func (s *Store) Release(ctx context.Context, token int64, ids []int64, now time.Time) error {
@@ -144,9 +158,9 @@ func (s *Store) Release(ctx context.Context, token int64, ids []int64, now time.
 		return nil
 	}
 	match, margs := idMatch(sortedIDs(ids))
-	q := `UPDATE ` + byID + ` SET status = 'pending', ` + notAttempted + `, claim_token = NULL, update_time = ?
-		WHERE ` + match + " AND status = 'firing' AND claim_token = ?"
-	if err := s.execRetry(ctx, q, append(append([]any{ms(now)}, margs...), token)...); err != nil {
+	q := `UPDATE ` + byID + ` SET ` + notAttempted + `, claim_token = NULL
+		WHERE ` + match + " AND " + claimedBy + "?)"
+	if err := s.execRetry(ctx, q, append(margs, token)...); err != nil {
 		return fmt.Errorf("release %d clocks of a lost claim: %w", len(ids), mapErr(err))
 	}
 	return nil
@@ -166,7 +180,7 @@ func fence(ids, tokens []int64) (string, []any) {
 	}
 	match, args := idMatch(sortedIDs(ids))
 	args = append(args, idArgs(tokens)...)
-	return " WHERE " + match + " AND status = 'firing' AND claim_token IN (" + placeholders(len(tokens)) + ")", args
+	return " WHERE " + match + " AND " + claimedBy + placeholders(len(tokens)) + ")", args
 }
 
 // MarkRung records confirmed rings of clocks claimed with the given tokens,
@@ -275,7 +289,14 @@ func (s *Store) Expire(ctx context.Context, ids, tokens []int64, now time.Time) 
 // Unclaim puts firing clocks back to pending untouched (no attempt was
 // made: the broker was unavailable or the lease was lost before publish).
 func (s *Store) Unclaim(ctx context.Context, ids, tokens []int64, now time.Time) error {
-	return s.setFiring(ctx, "unclaim", ids, tokens, "status = 'pending', "+notAttempted, now)
+	if len(ids) == 0 {
+		return nil
+	}
+	where, args := fence(ids, tokens)
+	if err := s.execRetry(ctx, "UPDATE "+byID+" SET "+notAttempted+", claim_token = NULL"+where, args...); err != nil {
+		return fmt.Errorf("unclaim %d clocks: %w", len(ids), mapErr(err))
+	}
+	return nil
 }
 
 func (s *Store) setFiring(ctx context.Context, verb string, ids, tokens []int64, set string, now time.Time) error {
@@ -297,25 +318,48 @@ func (s *Store) setFiring(ctx context.Context, verb string, ids, tokens []int64,
 // confirmed ring whose outcome is not written yet) and will record them.
 // The attempt stays counted: the ring may have reached the broker, so the
 // next one says attempt 2 or more. It returns how many it recovered.
+//
+// A claimed clock was due by its claim time + ring.claim_ahead, so the
+// search covers the shard's pending clocks due by now + ClaimAhead (the
+// preloader's own range) and the rows of earlier versions left with
+// status 'firing'; it reads them without locking and changes only what it
+// found, by primary key, with the same conditions.
 func (s *Store) RecoverFiring(ctx context.Context, shard int, epoch int64, staleBefore time.Time, held []int64, now time.Time) (int64, error) {
-	q := `UPDATE clock SET status = 'pending', claim_token = NULL, update_time = ?
-		WHERE shard = ? AND status = 'firing' AND (claim_epoch IS NULL OR claim_epoch < ? OR update_time < ?)`
-	args := []any{ms(now), shard, epoch, ms(staleBefore)}
+	cond := firingRow + " AND (claim_epoch IS NULL OR claim_epoch < ? OR COALESCE(claim_time, update_time) < ?)"
+	args := []any{epoch, ms(staleBefore)}
 	if len(held) > 0 {
-		q += " AND claim_token NOT IN (" + placeholders(len(held)) + ")"
+		cond += " AND claim_token NOT IN (" + placeholders(len(held)) + ")"
 		args = append(args, idArgs(held)...)
 	}
-	var n int64
-	err := retryLocked(ctx, func() error {
-		res, err := s.db.ExecContext(ctx, q, args...)
-		if err != nil {
-			return err
+	const chunk = 5000
+	var total int64
+	for {
+		var ids []int64
+		if err := s.db.SelectContext(ctx, &ids, `SELECT id FROM clock
+			WHERE shard = ? AND (status = 'firing' OR status = 'pending' AND next_try_time <= ?) AND `+cond+" LIMIT "+fmt.Sprint(chunk),
+			append([]any{shard, ms(now.Add(s.cfg.ClaimAhead))}, args...)...); err != nil {
+			return total, fmt.Errorf("find firing clocks of shard %d: %w", shard, mapErr(err))
 		}
-		n, _ = res.RowsAffected()
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("recover firing clocks of shard %d: %w", shard, mapErr(err))
+		if len(ids) == 0 {
+			return total, nil
+		}
+		match, margs := idMatch(sortedIDs(ids))
+		q := "UPDATE " + byID + " SET status = 'pending', claim_token = NULL, update_time = ? WHERE " + match + " AND " + cond
+		var n int64
+		err := retryLocked(ctx, func() error {
+			res, err := s.db.ExecContext(ctx, q, append(append([]any{ms(now)}, margs...), args...)...)
+			if err != nil {
+				return err
+			}
+			n, _ = res.RowsAffected()
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("recover firing clocks of shard %d: %w", shard, mapErr(err))
+		}
+		total += n
+		if len(ids) < chunk {
+			return total, nil
+		}
 	}
-	return n, nil
 }

@@ -20,7 +20,7 @@ import (
 
 const clockCols = `id, application, business_id, shard, status, payload, content_type, target_ring_at,
 latest_ring_at, max_attempts, attempts, next_try_time, last_error, rung_at, create_time, update_time, op_token,
-` + scheduleCols
+claim_token, ` + scheduleCols
 
 // row is a clock as the table holds it.
 type row struct {
@@ -41,6 +41,7 @@ type row struct {
 	CreateTime   int64          `db:"create_time"`
 	UpdateTime   int64          `db:"update_time"`
 	OpToken      sql.NullInt64  `db:"op_token"`
+	ClaimToken   sql.NullInt64  `db:"claim_token"`
 	scheduleRow
 }
 
@@ -62,10 +63,19 @@ func fromNullMS(v sql.NullInt64) time.Time {
 	return fromMS(v.Int64)
 }
 
+// status is the clock's status as the API tells it: a pending clock with a
+// claim is firing (see claimedBy).
+func (r row) status() alarm.Status {
+	if r.Status == string(alarm.StatusPending) && r.ClaimToken.Valid {
+		return alarm.StatusFiring
+	}
+	return alarm.Status(r.Status)
+}
+
 func (r row) clock() alarm.Clock {
 	return alarm.Clock{
 		ID: r.ID, Application: r.Application, BusinessID: r.BusinessID, Shard: r.Shard,
-		Status: alarm.Status(r.Status), Payload: r.Payload, ContentType: r.ContentType,
+		Status: r.status(), Payload: r.Payload, ContentType: r.ContentType,
 		RingAt: fromMS(r.TargetRingAt), LatestRingAt: fromNullMS(r.LatestRingAt),
 		MaxAttempts: r.MaxAttempts, Attempts: r.Attempts, NextTryAt: fromMS(r.NextTryTime),
 		LastError: r.LastError.String, RungAt: fromNullMS(r.RungAt),
@@ -100,7 +110,10 @@ type StoreConfig struct {
 	IdempotencyWindow time.Duration
 	// NoHistory: finished clocks leaving clock (a re-armed key's) are
 	// deleted rather than moved to clock_history (history.keep 0).
-	NoHistory  bool
+	NoHistory bool
+	// ClaimAhead is ring.claim_ahead: a claimed clock was due by its claim
+	// time + ClaimAhead (RecoverFiring searches that far). 0: 1 minute.
+	ClaimAhead time.Duration
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -165,6 +178,9 @@ func NewStore(db *sqlx.DB, cfg StoreConfig) *Store {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 5 * time.Second
+	}
+	if cfg.ClaimAhead <= 0 {
+		cfg.ClaimAhead = time.Minute
 	}
 	if cfg.ResolveTimeout <= 0 {
 		cfg.ResolveTimeout = 30 * time.Second
@@ -399,8 +415,9 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 // transition changes a clock with a conditional UPDATE (only from the given
 // statuses) and reads it back, in one transaction.
 func (s *Store) transition(ctx context.Context, k alarm.Key, verb, set string, setArgs []any, now time.Time, from ...alarm.Status) (alarm.Clock, error) {
+	// a claimed clock (firing) has status 'pending' and a claim_token
 	q := "UPDATE clock SET " + set + ", op_token = ?, update_time = ? WHERE application = ? AND business_id = ? AND status IN (" +
-		placeholders(len(from)) + ")"
+		placeholders(len(from)) + ") AND claim_token IS NULL"
 	return s.change(ctx, k, verb, func(tx *sqlx.Tx, token int64) (bool, error) {
 		args := append(append([]any{}, setArgs...), token, ms(now), k.Application, k.BusinessID)
 		for _, st := range from {
@@ -459,7 +476,7 @@ func (s *Store) Change(ctx context.Context, k alarm.Key, verb string, now time.T
 		}
 		sr := scheduleRowOf(c)
 		_, err = tx.ExecContext(ctx, `UPDATE clock SET payload = ?, target_ring_at = ?, latest_ring_at = ?, max_attempts = ?,
-			next_try_time = ?, attempts = ?, `+scheduleSet+`, op_token = ?, update_time = ? WHERE id = ? AND status = 'pending'`,
+			next_try_time = ?, attempts = ?, `+scheduleSet+`, op_token = ?, update_time = ? WHERE id = ? AND `+unclaimed,
 			append(append([]any{c.Payload, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts, ms(c.NextTryAt), c.Attempts},
 				sr.args()...), token, ms(now), c.ID)...)
 		if err != nil {
@@ -479,7 +496,7 @@ func (s *Store) List(ctx context.Context, q alarm.ListQuery) ([]alarm.Clock, err
 	if err != nil {
 		return nil, err
 	}
-	query, args := listSQL(q, clockCols, apps)
+	query, args := listSQL(q, clockCols, apps, s.statusWhere(time.Now()))
 	var rows []row
 	if err := s.db.SelectContext(ctx, &rows, query, args...); err != nil {
 		return nil, fmt.Errorf("list clocks: %w", mapErr(err))
@@ -517,9 +534,33 @@ func (s *Store) listApps(ctx context.Context, q alarm.ListQuery) ([]string, erro
 // alone, one range per application (apps, when there are not too many of
 // them), merged, else idx_clock_status_update or the primary key as the
 // optimizer sees fit; neither, the primary key.
-func listSQL(q alarm.ListQuery, cols string, apps []string) (string, []any) {
+// statusWhere returns the condition "the clock's status is st" (as the API
+// tells it, see row.status) and its arguments.
+func (s *Store) statusWhere(now time.Time) func(alarm.Status) (string, []any) {
+	return func(st alarm.Status) (string, []any) {
+		switch st {
+		case alarm.StatusPending:
+			return unclaimed, nil
+		case alarm.StatusFiring:
+			// a claimed clock was due by its claim + ring.claim_ahead: the
+			// shard index finds the few due ones instead of every pending
+			// clock (those of an application, in the list's id order)
+			args := make([]any, 0, s.cfg.Shards+1)
+			for i := range s.cfg.Shards {
+				args = append(args, i)
+			}
+			return "shard IN (" + placeholders(s.cfg.Shards) + ") AND (status = 'firing' OR status = 'pending' AND next_try_time <= ? AND claim_token IS NOT NULL)",
+				append(args, ms(now.Add(s.cfg.ClaimAhead)))
+		}
+		return "status = ?", []any{string(st)}
+	}
+}
+
+func listSQL(q alarm.ListQuery, cols string, apps []string, statusWhere func(alarm.Status) (string, []any)) (string, []any) {
 	limit := strconv.Itoa(q.Limit)
 	// union merges the newest ids of each (application, status) range.
+	// Every status of an application: the status column's own values (a
+	// pending clock is pending or firing); else the condition of q.Status.
 	union := func(pairs [][2]string) (string, []any) {
 		var b strings.Builder
 		var args []any
@@ -528,13 +569,17 @@ func listSQL(q alarm.ListQuery, cols string, apps []string) (string, []any) {
 			if i > 0 {
 				b.WriteString(" UNION ALL ")
 			}
-			args = append(args, p[0], p[1])
+			stCond, stArgs := "status = ?", []any{p[1]}
+			if q.Status != "" {
+				stCond, stArgs = statusWhere(q.Status)
+			}
+			args = append(append(args, p[0]), stArgs...)
 			cond := recurringCond(q.Recurring)
 			if q.BeforeID > 0 {
 				cond += " AND id < ?"
 				args = append(args, q.BeforeID)
 			}
-			b.WriteString("(SELECT id FROM clock WHERE application = ? AND status = ?" + cond + " ORDER BY id DESC LIMIT " + limit + ")")
+			b.WriteString("(SELECT id FROM clock WHERE application = ? AND " + stCond + cond + " ORDER BY id DESC LIMIT " + limit + ")")
 		}
 		b.WriteString(") u ORDER BY id DESC LIMIT " + limit + ") t JOIN clock USING (id) ORDER BY id DESC")
 		return b.String(), args
@@ -560,8 +605,9 @@ func listSQL(q alarm.ListQuery, cols string, apps []string) (string, []any) {
 		args = append(args, q.Application)
 	}
 	if q.Status != "" {
-		where = append(where, "status = ?")
-		args = append(args, string(q.Status))
+		c, a := statusWhere(q.Status)
+		where = append(where, c)
+		args = append(args, a...)
 	}
 	if q.BeforeID > 0 {
 		where = append(where, "id < ?")
