@@ -119,13 +119,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Batch: cfg.Preload.Batch, HeapCap: cfg.Preload.HeapCap,
 		LeaseTTL: cfg.Cluster.LeaseTTL, FiringTimeout: cfg.Ring.FiringTimeout,
 		Forward: hints.Send, Logger: log, Registerer: reg,
-		LeaseMargin: cfg.Ring.ClaimAhead + ring.DefaultMinLeaseLeft,
+		LeaseMargin: cfg.Ring.ClaimAheadMax + ring.DefaultMinLeaseLeft,
 		Drain:       func(ctx context.Context, shards []int) error { return loop.Drain(ctx, shards) },
 		Held:        func() []int64 { return loop.Held() },
 		Report:      instanceStats(store, cfg.Cluster.InstanceID, queue),
 	}, store, queue)
 	loop = ring.New(ring.Config{
-		ClaimAhead: cfg.Ring.ClaimAhead, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
+		ClaimAhead: cfg.Ring.ClaimAhead, ClaimAheadMax: cfg.Ring.ClaimAheadMax, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
 		Retry:       ring.Retry{Min: cfg.Ring.RetryMin, Max: cfg.Ring.RetryMax},
 		ResultLabel: rabbit.ResultName,
 		NotSent:     func(err error) bool { return errors.Is(err, rabbit.ErrNotSent) },

@@ -120,6 +120,7 @@ type Preload struct {
 // Ring is the ring loop.
 type Ring struct {
 	ClaimAhead    time.Duration `yaml:"claim_ahead"`
+	ClaimAheadMax time.Duration `yaml:"claim_ahead_max"`
 	ClaimBatch    int           `yaml:"claim_batch"`
 	MaxInFlight   int           `yaml:"max_in_flight"`
 	RetryMin      time.Duration `yaml:"retry_min"`
@@ -166,7 +167,7 @@ func Default() Config {
 		Janitor: Janitor{Retention: 24 * time.Hour, RetentionFailed: 168 * time.Hour, Interval: 30 * time.Second, Batch: 1000, BusyPercent: 10, Pause: 10 * time.Millisecond, Movers: 2},
 		History: History{Keep: 720 * time.Hour, PartitionsAhead: 3},
 		Preload: Preload{Window: 10 * time.Second, Interval: time.Second, Rescan: 30 * time.Second, Batch: 2000, HeapCap: 200000},
-		Ring: Ring{ClaimAhead: 100 * time.Millisecond, ClaimBatch: 500, MaxInFlight: 20000,
+		Ring: Ring{ClaimAhead: 100 * time.Millisecond, ClaimAheadMax: time.Second, ClaimBatch: 500, MaxInFlight: 20000,
 			RetryMin: time.Second, RetryMax: 5 * time.Minute, FiringTimeout: 2 * time.Minute},
 		Cluster: Cluster{LeaseTTL: 10 * time.Second},
 		Log:     Log{Level: "info", Format: "json"},
@@ -215,6 +216,7 @@ func (c *Config) env() []envVar {
 		{"CLOCKD_PRELOAD_BATCH", "preload.batch", &c.Preload.Batch},
 		{"CLOCKD_HEAP_CAP", "preload.heap_cap", &c.Preload.HeapCap},
 		{"CLOCKD_RING_CLAIM_AHEAD", "ring.claim_ahead", &c.Ring.ClaimAhead},
+		{"CLOCKD_RING_CLAIM_AHEAD_MAX", "ring.claim_ahead_max", &c.Ring.ClaimAheadMax},
 		{"CLOCKD_RING_CLAIM_BATCH", "ring.claim_batch", &c.Ring.ClaimBatch},
 		{"CLOCKD_RING_MAX_IN_FLIGHT", "ring.max_in_flight", &c.Ring.MaxInFlight},
 		{"CLOCKD_RETRY_MIN", "ring.retry_min", &c.Ring.RetryMin},
@@ -490,6 +492,9 @@ func (c Config) Validate() error {
 	if c.Ring.ClaimAhead < 0 || c.Ring.ClaimAhead > c.Preload.Window/2 {
 		bad("ring.claim_ahead", "must be between 0 and half of preload.window, got %s", c.Ring.ClaimAhead)
 	}
+	if c.Ring.ClaimAheadMax < c.Ring.ClaimAhead || c.Ring.ClaimAheadMax > c.Preload.Window/2 {
+		bad("ring.claim_ahead_max", "must be between ring.claim_ahead (%s) and half of preload.window, got %s", c.Ring.ClaimAhead, c.Ring.ClaimAheadMax)
+	}
 	if c.Ring.ClaimBatch < 1 || c.Ring.ClaimBatch > 5000 {
 		bad("ring.claim_batch", "must be between 1 and 5000, got %d", c.Ring.ClaimBatch)
 	}
@@ -502,8 +507,8 @@ func (c Config) Validate() error {
 	if c.Ring.RetryMax < c.Ring.RetryMin {
 		bad("ring.retry_max", "must be at least ring.retry_min")
 	}
-	if c.Ring.FiringTimeout < c.AMQP.ConfirmTimeout+c.Ring.ClaimAhead+time.Second {
-		bad("ring.firing_timeout", "must exceed amqp.confirm_timeout + ring.claim_ahead by a second or more")
+	if c.Ring.FiringTimeout < c.AMQP.ConfirmTimeout+c.Ring.ClaimAheadMax+time.Second {
+		bad("ring.firing_timeout", "must exceed amqp.confirm_timeout + ring.claim_ahead_max by a second or more")
 	}
 	if c.Cluster.InstanceID == "" || len(c.Cluster.InstanceID) > 128 {
 		bad("cluster.instance_id", "must be 1 to 128 characters")

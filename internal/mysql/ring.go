@@ -26,8 +26,10 @@ func idArgs(ids []int64) []any {
 }
 
 // LoadDue returns up to limit pending clocks of a shard with next_try_time in
-// (after, until], ordered by (next_try_time, id) after the cursor, leaving
-// out those claimed (firing). It writes nothing.
+// (after, until], ordered by (next_try_time, id) after the cursor. It reads
+// the index only and writes nothing. Claimed (firing) clocks are among them:
+// leaving them out would read every row (claim_token is not in the index);
+// a claim of one of them claims nothing (see Claim).
 func (s *Store) LoadDue(ctx context.Context, shard int, afterAt time.Time, afterID int64, until time.Time, limit int) ([]alarm.Due, error) {
 	var rows []struct {
 		ID   int64 `db:"id"`
@@ -35,7 +37,7 @@ func (s *Store) LoadDue(ctx context.Context, shard int, afterAt time.Time, after
 	}
 	a, u := ms(afterAt), ms(until)
 	err := s.db.SelectContext(ctx, &rows, `SELECT id, next_try_time FROM clock
-		WHERE shard = ? AND status = 'pending' AND next_try_time <= ? AND claim_token IS NULL
+		WHERE shard = ? AND status = 'pending' AND next_try_time <= ?
 		  AND (next_try_time > ? OR (next_try_time = ? AND id > ?))
 		ORDER BY next_try_time, id LIMIT ?`, shard, u, a, a, afterID, limit)
 	if err != nil {

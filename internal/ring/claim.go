@@ -75,11 +75,12 @@ func (l *Loop) claimer(ctx context.Context) {
 			continue
 		}
 		now := l.clk.Now()
+		ahead := l.ahead()
 		at, ok := l.q.Earliest()
-		if !ok || at.After(now.Add(l.cfg.ClaimAhead)) {
+		if !ok || at.After(now.Add(ahead)) {
 			wait := time.Hour
 			if ok {
-				wait = at.Sub(now) - l.cfg.ClaimAhead
+				wait = at.Sub(now) - ahead
 			}
 			timer.Reset(wait)
 			select {
@@ -87,6 +88,7 @@ func (l *Loop) claimer(ctx context.Context) {
 				return
 			case <-timer.C():
 			case <-l.q.Wake():
+			case <-l.claimDone: // a claim's time may have moved ahead()
 			}
 			continue
 		}
@@ -97,7 +99,7 @@ func (l *Loop) claimer(ctx context.Context) {
 		l.mu.Lock()
 		busy := l.claimJobs
 		l.mu.Unlock()
-		if busy > 0 && !l.q.DueAtLeast(now.Add(l.cfg.ClaimAhead), l.cfg.ClaimBatch) {
+		if busy > 0 && !l.q.DueAtLeast(now.Add(ahead), l.cfg.ClaimBatch) {
 			select {
 			case <-ctx.Done():
 				return
@@ -105,7 +107,7 @@ func (l *Loop) claimer(ctx context.Context) {
 			}
 			continue
 		}
-		dues := l.q.PopDue(now.Add(l.cfg.ClaimAhead), l.cfg.ClaimBatch)
+		dues := l.q.PopDue(now.Add(ahead), l.cfg.ClaimBatch)
 		if len(dues) == 0 {
 			continue
 		}
@@ -114,17 +116,18 @@ func (l *Loop) claimer(ctx context.Context) {
 		l.claimJobs++
 		l.mu.Unlock()
 		select {
-		case jobs <- claimJob{dues: dues, now: now}:
+		case jobs <- claimJob{dues: dues, now: now, ahead: ahead}:
 		case <-ctx.Done():
 			return // shutting down: the next owner of their shards loads them
 		}
 	}
 }
 
-// claimJob is one batch of dues popped at now.
+// claimJob is one batch of dues popped at now, due within ahead.
 type claimJob struct {
-	dues []alarm.Due
-	now  time.Time
+	dues  []alarm.Due
+	now   time.Time
+	ahead time.Duration
 }
 
 // claimWorker claims the batches handed to it. A failed claim pauses the
@@ -133,7 +136,7 @@ type claimJob struct {
 func (l *Loop) claimWorker(ctx context.Context, jobs <-chan claimJob) {
 	for job := range jobs {
 		l.claimMu.RLock()
-		err := l.claim(ctx, job.dues, job.now)
+		err := l.claim(ctx, job.dues, job.now, job.ahead)
 		l.claimMu.RUnlock()
 		l.mu.Lock()
 		l.claiming -= len(job.dues)
@@ -171,7 +174,7 @@ func (l *Loop) claimPause() time.Duration {
 // loads them; when the local reckoning of the lease lapsed and is renewed,
 // the feeder rescans the shard. Offering them back instead would have them
 // popped again at once, ahead of the clocks of other shards.
-func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error {
+func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time, ahead time.Duration) error {
 	shardSet := map[int]bool{}
 	for _, d := range dues {
 		shardSet[d.Shard] = true
@@ -184,7 +187,7 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error
 	// Only shards whose lease runs long enough to publish at the deadline
 	// (see fire): a clock claimed under a lease about to end would only be
 	// handed back. Their dues are dropped like those of lapsed leases.
-	minLeft := l.cfg.ClaimAhead + l.cfg.MinLeaseLeft
+	minLeft := ahead + l.cfg.MinLeaseLeft
 	leases := l.feed.Leases(shards)
 	held := make(map[int]int64, len(leases))
 	kept := leases[:0]
@@ -207,7 +210,13 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	token := rand.Int64()
-	got, err := l.store.Claim(cctx, l.feed.Owner(), leases, ids, token, now.Add(l.cfg.ClaimAhead), now)
+	began := l.clk.Now()
+	got, err := l.store.Claim(cctx, l.feed.Owner(), leases, ids, token, now.Add(ahead), now)
+	took := l.clk.Now().Sub(began)
+	l.m.claimDur.Observe(took.Seconds())
+	if err == nil {
+		l.claimTook(took)
+	}
 	if err != nil {
 		// Claiming pauses (capped backoff) before the dues go back and the
 		// claim is remembered as lost: the claimer must see the pause no
@@ -239,6 +248,14 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time) error
 	if len(got) == 0 {
 		return nil
 	}
+	armedAt := l.clk.Now()
+	late := 0
+	for _, c := range got {
+		if armedAt.After(c.NextTryAt) {
+			late++
+		}
+	}
+	l.m.claimedLate.Add(float64(late))
 	l.mu.Lock()
 	for _, c := range got {
 		l.clocks[c.ID] = claimed{Clock: c, epoch: held[c.Shard]}

@@ -30,9 +30,10 @@ type fakeStore struct {
 	firing    int             // rows firing now
 	maxFiring int
 
-	claimErr   error // Claim fails with it...
-	applyOnErr bool  // ...after applying the claim (the answer was lost)
-	writeErr   error // MarkRung/Fail/Expire/Unclaim/Release fail with it
+	claimTakes time.Duration // each Claim takes this long (fake time)
+	claimErr   error         // Claim fails with it...
+	applyOnErr bool          // ...after applying the claim (the answer was lost)
+	writeErr   error         // MarkRung/Fail/Expire/Unclaim/Release fail with it
 }
 
 type claimCall struct {
@@ -74,8 +75,15 @@ func (s *fakeStore) setStatus(c *alarm.Clock, st alarm.Status) {
 
 func (s *fakeStore) Claim(_ context.Context, owner string, leases []alarm.Lease, ids []int64, token int64, until, now time.Time) ([]alarm.Clock, error) {
 	s.mu.Lock()
+	takes := s.claimTakes
+	s.mu.Unlock()
+	began := s.clk.Now()
+	if takes > 0 {
+		<-s.clk.NewTimer(takes).C()
+	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
-	call := claimCall{at: s.clk.Now(), ids: slices.Clone(ids)}
+	call := claimCall{at: began, ids: slices.Clone(ids)}
 	var out []alarm.Clock
 	if s.claimErr == nil || s.applyOnErr {
 		held := map[int]bool{}

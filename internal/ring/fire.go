@@ -114,9 +114,11 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 		defer func() { <-l.sem }()
 		// the loop's clock, not the wall clock, reckons the lease
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(l.clk.Now()))
+		pubStart := l.clk.Now()
 		res := l.pub.Publish(pctx, rings)
 		cancel()
 		end := l.clk.Now()
+		l.m.publishDur.Observe(end.Sub(pubStart).Seconds())
 		var rung []alarm.Rung
 		var advance []alarm.Advance
 		var failed []alarm.Outcome

@@ -71,12 +71,16 @@ type Feeder interface {
 
 // Config tunes the loop.
 type Config struct {
-	ClaimAhead  time.Duration // claim this long before the deadline
-	ClaimBatch  int
-	MaxInFlight int // claimed but not yet finished
-	Publishers  int // concurrent publish batches
-	Claimers    int // concurrent claims (default 4)
-	Recorders   int // concurrent outcome writes (default 4)
+	ClaimAhead time.Duration // claim this long before the deadline
+	// ClaimAheadMax: while claims are slow, claim up to this long before
+	// the deadline (twice the slowest recent claim); <= ClaimAhead: never
+	// earlier than ClaimAhead.
+	ClaimAheadMax time.Duration
+	ClaimBatch    int
+	MaxInFlight   int // claimed but not yet finished
+	Publishers    int // concurrent publish batches
+	Claimers      int // concurrent claims (default 4)
+	Recorders     int // concurrent outcome writes (default 4)
 	// MinLeaseLeft: a publish starts only while the shard's lease has at
 	// least this long left, and its wait for confirms ends with the lease.
 	MinLeaseLeft time.Duration
@@ -121,9 +125,12 @@ type Loop struct {
 	// pauseUntil after one.
 	claimFailures int
 	pauseUntil    time.Time
-	slots         chan struct{} // signalled when in-flight drops
-	landed        chan struct{} // signalled when in-flight drops, for Drain
-	armWake       chan struct{}
+	// slowClaim is the slowest recent claim: each claim takes the max of
+	// its own time and 0.9 of slowClaim (see ahead).
+	slowClaim time.Duration
+	slots     chan struct{} // signalled when in-flight drops
+	landed    chan struct{} // signalled when in-flight drops, for Drain
+	armWake   chan struct{}
 
 	doneMu  sync.Mutex
 	done    results
@@ -173,7 +180,11 @@ type metrics struct {
 	rings    *prometheus.CounterVec
 	lateness prometheus.Histogram
 	claims   prometheus.Histogram
-	inFlight prometheus.GaugeFunc
+	claimDur prometheus.Histogram
+	// claimedLate counts clocks whose claim ended after their time
+	claimedLate prometheus.Counter
+	publishDur  prometheus.Histogram
+	inFlight    prometheus.GaugeFunc
 }
 
 // New returns a loop; Run starts it.
@@ -231,11 +242,22 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 		Name: "clockd_claim_batch_clocks", Help: "Clocks claimed per claim round trip.",
 		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
 	})
+	l.m.claimDur = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "clockd_claim_duration_seconds", Help: "Time of one claim in MySQL (the UPDATE and the read of what it claimed); a claim slower than ring.claim_ahead makes rings late.",
+		Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	})
+	l.m.claimedLate = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "clockd_ring_claimed_late_total", Help: "Clocks whose claim in MySQL ended after their time: their rings are late because of MySQL, not the broker.",
+	})
+	l.m.publishDur = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "clockd_publish_duration_seconds", Help: "Time of one publish batch, from its first message to its last confirm; slow confirms make rings late.",
+		Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	})
 	l.m.inFlight = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "clockd_ring_in_flight", Help: "Clocks claimed (firing) and not yet recorded as rung or failed.",
 	}, func() float64 { l.mu.Lock(); defer l.mu.Unlock(); return float64(len(l.flights)) })
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(l.m.rings, l.m.lateness, l.m.claims, l.m.inFlight)
+		cfg.Registerer.MustRegister(l.m.rings, l.m.lateness, l.m.claims, l.m.claimDur, l.m.claimedLate, l.m.publishDur, l.m.inFlight)
 	}
 	return l
 }
@@ -280,6 +302,26 @@ func (l *Loop) Run(ctx context.Context) error {
 	stopRecorder()
 	wg.Wait()
 	return nil
+}
+
+// ahead is how long before their deadline clocks are claimed now:
+// ClaimAhead, or twice the slowest recent claim when that is longer, up to
+// ClaimAheadMax. A claim that ends after the deadline makes its clocks
+// late (a claim takes 100-250 ms while MySQL is busy with thousands of
+// rings a second, docs/benchmarks.md); claiming earlier only makes a
+// cancel in that last stretch answer 409 (firing).
+func (l *Loop) ahead() time.Duration {
+	l.mu.Lock()
+	slow := l.slowClaim
+	l.mu.Unlock()
+	return max(l.cfg.ClaimAhead, min(2*slow, l.cfg.ClaimAheadMax))
+}
+
+// claimTook records the time of a claim for ahead.
+func (l *Loop) claimTook(d time.Duration) {
+	l.mu.Lock()
+	l.slowClaim = max(d, l.slowClaim*9/10)
+	l.mu.Unlock()
 }
 
 // Held returns the claim tokens of the clocks this loop holds (in flight:

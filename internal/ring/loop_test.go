@@ -683,3 +683,61 @@ func TestBusy(t *testing.T) {
 		}
 	})
 }
+
+// Slow claims: a claim that ends after the clock's time makes its ring
+// late, so the loop claims earlier while claims are slow (twice the
+// slowest recent claim, up to ClaimAheadMax), and never earlier than
+// ClaimAhead once they are quick again.
+func TestClaimAheadFollowsSlowClaims(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		aheadMax time.Duration
+		claimAt  time.Duration // of the second clock, before its time
+		pubLate  time.Duration // its publish after its time
+	}{
+		{"adapting", time.Second, 600 * time.Millisecond, 0},
+		{"claim_ahead_max = claim_ahead", claimAhead, claimAhead, 200 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, Config{ClaimAheadMax: tt.aheadMax})
+				h.store.mu.Lock()
+				h.store.claimTakes = 300 * time.Millisecond
+				h.store.mu.Unlock()
+				first, second := t0.Add(5*time.Second), t0.Add(10*time.Second)
+				h.add(clockAt(1, first), clockAt(2, second))
+				h.step(second.Add(time.Second), 10*time.Millisecond, func(time.Time) {})
+				claims, pubs := h.store.claimCalls(), h.pub.published()
+				if len(claims) != 2 || len(pubs) != 2 {
+					t.Fatalf("claims %+v, publishes %d; want 2 of each", claims, len(pubs))
+				}
+				// the first claim, 100 ms ahead, ends 200 ms late
+				if !claims[0].at.Equal(first.Add(-claimAhead)) || !pubs[0].at.Equal(first.Add(200*time.Millisecond)) {
+					t.Fatalf("first clock claimed at %v, published at %v", claims[0].at.Sub(t0), pubs[0].at.Sub(t0))
+				}
+				if got := second.Sub(claims[1].at); got != tt.claimAt {
+					t.Errorf("second clock claimed %v before its time, want %v", got, tt.claimAt)
+				}
+				if got := pubs[1].at.Sub(second); got != tt.pubLate {
+					t.Errorf("second clock published %v after its time, want %v", got, tt.pubLate)
+				}
+			})
+		})
+	}
+	// quick claims bring it back down to ClaimAhead
+	l := New(Config{ClaimAhead: claimAhead, ClaimAheadMax: time.Second}, NewQueue(), nil, nil, nil)
+	l.claimTook(400 * time.Millisecond)
+	if got := l.ahead(); got != 800*time.Millisecond {
+		t.Fatalf("ahead after a 400 ms claim: %v, want 800ms", got)
+	}
+	l.claimTook(2 * time.Second)
+	if got := l.ahead(); got != time.Second {
+		t.Fatalf("ahead after a 2 s claim: %v, want the 1s cap", got)
+	}
+	for range 60 {
+		l.claimTook(time.Millisecond)
+	}
+	if got := l.ahead(); got != claimAhead {
+		t.Fatalf("ahead after quick claims: %v, want %v", got, claimAhead)
+	}
+}
