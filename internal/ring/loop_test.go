@@ -741,3 +741,36 @@ func TestClaimAheadFollowsSlowClaims(t *testing.T) {
 		t.Fatalf("ahead after quick claims: %v, want %v", got, claimAhead)
 	}
 }
+
+// A claim covers a slice of time: the clocks due within half of the claim
+// lead again come with the first, instead of a claim per clock or two.
+func TestClaimTakesASliceOfTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		for i := range 20 {
+			h.add(clockAt(int64(i+1), t0.Add(time.Second+time.Duration(i)*10*time.Millisecond)))
+		}
+		h.step(t0.Add(1500*time.Millisecond), time.Millisecond, func(time.Time) {})
+		claims := h.store.claimCalls()
+		if len(claims) == 0 || !claims[0].at.Equal(t0.Add(time.Second-claimAhead)) {
+			t.Fatalf("claims %+v; want the first at %v", claims, time.Second-claimAhead)
+		}
+		// due from 1.00 s to 1.05 s: within 150 ms of 0.90 s
+		if len(claims[0].got) != 6 {
+			t.Errorf("the first claim took %v, want the 6 clocks due within 150 ms", claims[0].got)
+		}
+		if len(claims) > 4 {
+			t.Errorf("%d claims for 20 clocks 10 ms apart, want at most 4", len(claims))
+		}
+		for i, p := range h.pub.published() {
+			for _, r := range p.rings {
+				if !p.at.Equal(r.Clock.NextTryAt) {
+					t.Errorf("publish %d: clock %d at %v, due %v", i, r.Clock.ID, p.at.Sub(t0), r.Clock.NextTryAt.Sub(t0))
+				}
+			}
+		}
+		if n := len(h.pub.publishedIDs()); n != 20 {
+			t.Errorf("%d published, want 20", n)
+		}
+	})
+}
