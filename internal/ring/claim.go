@@ -107,12 +107,17 @@ func (l *Loop) claimer(ctx context.Context) {
 			}
 			continue
 		}
-		// A claim takes the clocks due within half as long again as well:
-		// each claim covers a slice of time, not the one or two clocks
-		// that just came within ahead (at 1,600 rings/s that was a claim
-		// per 5 clocks, 300 round trips of two statements a second).
+		// A small claim also takes clocks due within half as long again,
+		// up to claimFill: at low rates a claim otherwise took the one or
+		// two clocks that just came within ahead (at 1,600 rings/s, a
+		// claim per 5 clocks: 300 round trips of two statements a second).
+		// Not more: bigger claims at high rates were slower and made rings
+		// later (docs/benchmarks.md).
 		reach := ahead + ahead/2
-		dues := l.q.PopDue(now.Add(reach), l.cfg.ClaimBatch)
+		dues := l.q.PopDue(now.Add(ahead), l.cfg.ClaimBatch)
+		if n := min(claimFill, l.cfg.ClaimBatch); len(dues) < n {
+			dues = append(dues, l.q.PopDue(now.Add(reach), n-len(dues))...)
+		}
 		if len(dues) == 0 {
 			continue
 		}
@@ -127,6 +132,10 @@ func (l *Loop) claimer(ctx context.Context) {
 		}
 	}
 }
+
+// claimFill is the size a claim is filled up to with clocks due a little
+// later (see claimer).
+const claimFill = 64
 
 // claimJob is one batch of dues popped at now, due within ahead.
 type claimJob struct {
