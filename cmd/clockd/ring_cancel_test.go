@@ -28,8 +28,8 @@ func TestRingCancelRacesRing(t *testing.T) {
 
 	// Each worker cancels its share in ring order, each sent at a random
 	// moment in the 400 ms before its ring_at: clockd claims a clock
-	// (pending -> firing) CLOCKD_RING_CLAIM_AHEAD (100 ms) to 1.5 times that
-	// before ring_at (longer while claims are slow),
+	// (pending -> firing) CLOCKD_RING_CLAIM_AHEAD (100 ms) to 150 ms before
+	// ring_at (up to 1 s while claims are slow),
 	// and a DELETE takes tens of milliseconds here under -race, so a good
 	// part of the cancels win the race and a good part lose it.
 	codes := make([]int, n)

@@ -119,7 +119,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Batch: cfg.Preload.Batch, HeapCap: cfg.Preload.HeapCap,
 		LeaseTTL: cfg.Cluster.LeaseTTL, FiringTimeout: cfg.Ring.FiringTimeout,
 		Forward: hints.Send, Logger: log, Registerer: reg,
-		LeaseMargin: cfg.Ring.ClaimAheadMax*3/2 + ring.DefaultMinLeaseLeft,
+		LeaseMargin: cfg.Ring.ClaimAheadMax + ring.DefaultMinLeaseLeft,
 		Drain:       func(ctx context.Context, shards []int) error { return loop.Drain(ctx, shards) },
 		Held:        func() []int64 { return loop.Held() },
 		Report:      instanceStats(store, cfg.Cluster.InstanceID, queue),

@@ -507,9 +507,8 @@ func (c Config) Validate() error {
 	if c.Ring.RetryMax < c.Ring.RetryMin {
 		bad("ring.retry_max", "must be at least ring.retry_min")
 	}
-	// a claim reaches 1.5 times the claim lead ahead (ring: claimer)
-	if c.Ring.FiringTimeout < c.AMQP.ConfirmTimeout+c.Ring.ClaimAheadMax*3/2+time.Second {
-		bad("ring.firing_timeout", "must exceed amqp.confirm_timeout + 1.5 × ring.claim_ahead_max by a second or more")
+	if c.Ring.FiringTimeout < c.AMQP.ConfirmTimeout+c.Ring.ClaimAheadMax+time.Second {
+		bad("ring.firing_timeout", "must exceed amqp.confirm_timeout + ring.claim_ahead_max by a second or more")
 	}
 	if c.Cluster.InstanceID == "" || len(c.Cluster.InstanceID) > 128 {
 		bad("cluster.instance_id", "must be 1 to 128 characters")

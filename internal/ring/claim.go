@@ -113,7 +113,9 @@ func (l *Loop) claimer(ctx context.Context) {
 		// claim per 5 clocks: 300 round trips of two statements a second).
 		// Not more: bigger claims at high rates were slower and made rings
 		// later (docs/benchmarks.md).
-		reach := ahead + ahead/2
+		// (never past ClaimAheadMax: the lease margin and the firing
+		// timeout are sized by it)
+		reach := min(ahead+ahead/2, max(ahead, l.cfg.ClaimAheadMax))
 		dues := l.q.PopDue(now.Add(ahead), l.cfg.ClaimBatch)
 		if n := min(claimFill, l.cfg.ClaimBatch); len(dues) < n {
 			dues = append(dues, l.q.PopDue(now.Add(reach), n-len(dues))...)

@@ -415,6 +415,9 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if cfg.ClaimAhead == 0 {
 		cfg.ClaimAhead = claimAhead
 	}
+	if cfg.ClaimAheadMax == 0 {
+		cfg.ClaimAheadMax = time.Second // ring.claim_ahead_max's default
+	}
 	if cfg.Retry.Min == 0 {
 		cfg.Retry = Retry{Min: time.Second, Max: time.Minute, Rand: fixed(0.5)}
 	}
