@@ -866,14 +866,18 @@ func (px *proxy) accept() {
 	}
 }
 
+// close cuts every connection, then lets the forwarders go: frames a
+// paused forwarder holds are dropped with the connection, never delivered
+// (unpausing first let confirms held back through in the moment before the
+// cut, and TestURLListUnconfirmedFailWithTheNode saw its batch confirmed).
 func (px *proxy) close() {
-	px.paused.Store(false)
 	px.ln.Close()
 	px.mu.Lock()
 	for _, c := range px.conns {
 		c.Close()
 	}
 	px.mu.Unlock()
+	px.paused.Store(false)
 	px.wg.Wait()
 }
 
