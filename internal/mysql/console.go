@@ -153,15 +153,12 @@ func (s *Store) dueCounts(ctx context.Context, shards []any, from time.Time, wid
 // rows of them are read (examined is how many were; when it reaches limit
 // the groups are a lower bound).
 func (s *Store) Failing(ctx context.Context, until time.Time, limit int) (groups []alarm.FailureGroup, examined int, err error) {
-	args := make([]any, 0, s.cfg.Shards+2)
-	for sh := range s.cfg.Shards {
-		args = append(args, sh)
-	}
+	shards, args := s.everyShard()
 	args = append(args, ms(until), limit)
 	// Firing too: a failing clock is firing while it is retried (from the
 	// claim, ring.claim_ahead before its try, to the outcome), and must not
 	// drop off the list meanwhile. Its last_error is its previous attempt's.
-	from := "FROM clock WHERE shard IN (" + placeholders(s.cfg.Shards) + ") AND status IN ('pending', 'firing') AND next_try_time <= ? LIMIT ?"
+	from := "FROM clock WHERE " + shards + " AND status IN ('pending', 'firing') AND next_try_time <= ? LIMIT ?"
 	// How many rows the range holds, up to the limit: index only.
 	if err := s.db.GetContext(ctx, &examined, "SELECT COUNT(*) FROM (SELECT 1 "+from+") t", args...); err != nil {
 		return nil, 0, fmt.Errorf("failing clocks: %w", mapErr(err))

@@ -335,10 +335,7 @@ func (s *Store) CountClocks(ctx context.Context) (map[alarm.Status]int64, error)
 // app (all when empty) among the first exactCountUpTo pending clocks due
 // by now + ring.claim_ahead: all of them unless a backlog is due.
 func (s *Store) countClaimed(ctx context.Context, app string, now time.Time) (int64, error) {
-	args := make([]any, 0, s.cfg.Shards+3)
-	for sh := range s.cfg.Shards {
-		args = append(args, sh)
-	}
+	shards, args := s.everyShard()
 	args = append(args, ms(now.Add(s.cfg.ClaimAhead)))
 	cond := ""
 	if app != "" {
@@ -347,8 +344,8 @@ func (s *Store) countClaimed(ctx context.Context, app string, now time.Time) (in
 	}
 	args = append(args, exactCountUpTo)
 	var n int64
-	if err := s.db.GetContext(ctx, &n, "SELECT COUNT(claim_token) FROM (SELECT claim_token FROM clock WHERE shard IN ("+
-		placeholders(s.cfg.Shards)+") AND status = 'pending' AND next_try_time <= ?"+cond+" LIMIT ?) t", args...); err != nil {
+	if err := s.db.GetContext(ctx, &n, "SELECT COUNT(claim_token) FROM (SELECT claim_token FROM clock WHERE "+shards+
+		" AND status = 'pending' AND next_try_time <= ?"+cond+" LIMIT ?) t", args...); err != nil {
 		return 0, fmt.Errorf("count firing clocks: %w", mapErr(err))
 	}
 	return n, nil

@@ -94,7 +94,22 @@ const (
 	claimedBy = "status = 'pending' AND claim_token IN ("
 	// firingRow is any firing clock, either form
 	firingRow = "(status = 'firing' OR status = 'pending' AND claim_token IS NOT NULL)"
+	// mayBeFiring narrows the search for firing clocks to an index range
+	// of (shard, status, next_try_time): rows of the status 'firing', and
+	// pending clocks due by the bound (?) that a claim can have reached
+	mayBeFiring = "(status = 'firing' OR status = 'pending' AND next_try_time <= ?)"
 )
+
+// everyShard is the condition "shard is one of the schema's shards" and its
+// arguments: with it, a search by status and next_try_time is one range of
+// (shard, status, next_try_time) per shard.
+func (s *Store) everyShard() (string, []any) {
+	args := make([]any, s.cfg.Shards)
+	for i := range args {
+		args[i] = i
+	}
+	return "shard IN (" + placeholders(s.cfg.Shards) + ")", args
+}
 
 // Claim claims the given clocks (pending -> firing), but only in shards
 // that owner still holds with the given epochs (fencing), and returns the
@@ -338,7 +353,7 @@ func (s *Store) RecoverFiring(ctx context.Context, shard int, epoch int64, stale
 	for {
 		var ids []int64
 		if err := s.db.SelectContext(ctx, &ids, `SELECT id FROM clock
-			WHERE shard = ? AND (status = 'firing' OR status = 'pending' AND next_try_time <= ?) AND `+cond+" LIMIT "+fmt.Sprint(chunk),
+			WHERE shard = ? AND `+mayBeFiring+" AND "+cond+" LIMIT "+fmt.Sprint(chunk),
 			append([]any{shard, ms(now.Add(s.cfg.ClaimAhead))}, args...)...); err != nil {
 			return total, fmt.Errorf("find firing clocks of shard %d: %w", shard, mapErr(err))
 		}

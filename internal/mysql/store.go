@@ -528,12 +528,6 @@ func (s *Store) listApps(ctx context.Context, q alarm.ListQuery) ([]string, erro
 	return apps, nil
 }
 
-// listSQL is the list query, newest first, each case an index range read
-// backwards: by application and status, idx_clock_application_status_id;
-// by application alone, one range of it per status, merged; by status
-// alone, one range per application (apps, when there are not too many of
-// them), merged, else idx_clock_status_update or the primary key as the
-// optimizer sees fit; neither, the primary key.
 // statusWhere returns the condition "the clock's status is st" (as the API
 // tells it, see row.status) and its arguments.
 func (s *Store) statusWhere(now time.Time) func(alarm.Status) (string, []any) {
@@ -545,17 +539,19 @@ func (s *Store) statusWhere(now time.Time) func(alarm.Status) (string, []any) {
 			// a claimed clock was due by its claim + ring.claim_ahead: the
 			// shard index finds the few due ones instead of every pending
 			// clock (those of an application, in the list's id order)
-			args := make([]any, 0, s.cfg.Shards+1)
-			for i := range s.cfg.Shards {
-				args = append(args, i)
-			}
-			return "shard IN (" + placeholders(s.cfg.Shards) + ") AND (status = 'firing' OR status = 'pending' AND next_try_time <= ? AND claim_token IS NOT NULL)",
-				append(args, ms(now.Add(s.cfg.ClaimAhead)))
+			shards, args := s.everyShard()
+			return shards + " AND " + mayBeFiring + " AND " + firingRow, append(args, ms(now.Add(s.cfg.ClaimAhead)))
 		}
 		return "status = ?", []any{string(st)}
 	}
 }
 
+// listSQL is the list query, newest first, each case an index range read
+// backwards: by application and status, idx_clock_application_status_id;
+// by application alone, one range of it per status, merged; by status
+// alone, one range per application (apps, when there are not too many of
+// them), merged, else idx_clock_status_update or the primary key as the
+// optimizer sees fit; neither, the primary key.
 func listSQL(q alarm.ListQuery, cols string, apps []string, statusWhere func(alarm.Status) (string, []any)) (string, []any) {
 	limit := strconv.Itoa(q.Limit)
 	// union merges the newest ids of each (application, status) range.
