@@ -15,6 +15,16 @@ import (
 
 // The group-commit writer: concurrent creates are coalesced by a few writer
 // goroutines into one multi-row INSERT per transaction.
+//
+// One writer at a time gathers requests (it holds the turn, gathering),
+// and a small batch (under a quarter of MaxBatchRows) is not committed
+// while another writer is committing: it keeps gathering until that commit
+// ends. Single creates from many clients then go in few large INSERTs, one
+// after another, instead of many small ones side by side, which cost MySQL
+// and clockd more CPU per clock (measured on 2 cores: 4 writers each
+// gathering for itself took 39 ms of MySQL CPU per 1,000 single creates,
+// one writer 23); large batches still commit side by side, which batch
+// creates need (one writer took 12 % fewer of them).
 
 type createReq struct {
 	ctx    context.Context
@@ -66,28 +76,26 @@ func (s *Store) writer() {
 	defer s.wg.Done()
 	var pending []*createReq // requests not yet fully written, oldest first
 	for {
+		// A writer with nothing left to write takes the turn to gather
+		// (one writer at a time), then waits for a request.
 		if len(pending) == 0 {
+			select {
+			case s.gathering <- struct{}{}:
+			case <-s.stop:
+				return
+			}
 			select {
 			case r := <-s.reqs:
 				pending = append(pending, r)
 			case <-s.stop:
+				<-s.gathering
 				return
 			}
-		}
-		// Take what else is waiting right now, up to one batch worth.
-		waiting := 0
-		for _, r := range pending {
-			waiting += len(r.clocks) - r.taken
-		}
-	gather:
-		for waiting < s.cfg.MaxBatchRows {
-			select {
-			case r := <-s.reqs:
-				pending = append(pending, r)
-				waiting += len(r.clocks)
-			default:
-				break gather
-			}
+			s.gather(&pending)
+			s.committing.Add(1) // before the next gatherer looks
+			<-s.gathering       // the next writer gathers while this one commits
+		} else {
+			s.committing.Add(1)
 		}
 		// Cut one batch; a large request may span several.
 		var batch []item
@@ -106,8 +114,44 @@ func (s *Store) writer() {
 			}
 		}
 		s.commitBatch(batch)
+		s.committing.Add(-1)
+		select {
+		case s.committed <- struct{}{}:
+		default: // enough wake-ups are queued
+		}
 		for _, r := range finished {
 			close(r.done)
+		}
+	}
+}
+
+// gather adds to pending what else is waiting, up to one batch worth; while
+// the batch is small and another writer is committing, it keeps waiting
+// for requests until that commit ends (see the top of this file). The
+// caller holds the turn to gather.
+func (s *Store) gather(pending *[]*createReq) {
+	waiting := 0
+	for _, r := range *pending {
+		waiting += len(r.clocks) - r.taken
+	}
+	for waiting < s.cfg.MaxBatchRows {
+		select {
+		case r := <-s.reqs:
+			*pending = append(*pending, r)
+			waiting += len(r.clocks)
+			continue
+		default:
+		}
+		if waiting >= s.cfg.MaxBatchRows/4 || s.committing.Load() == 0 {
+			return
+		}
+		select {
+		case r := <-s.reqs:
+			*pending = append(*pending, r)
+			waiting += len(r.clocks)
+		case <-s.committed: // look again: that commit ended
+		case <-s.stop:
+			return
 		}
 	}
 }

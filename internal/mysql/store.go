@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -141,6 +142,13 @@ type Store struct {
 	wg   sync.WaitGroup
 	once sync.Once
 
+	// gathering holds a token while a writer gathers requests;
+	// committing counts the writers committing a batch now, and each tells
+	// committed (non-blocking) when its commit ends. See create.go.
+	gathering  chan struct{}
+	committing atomic.Int32
+	committed  chan struct{}
+
 	batchRows prometheus.Histogram
 	batchDur  prometheus.Histogram
 
@@ -193,8 +201,9 @@ func NewStore(db *sqlx.DB, cfg StoreConfig) *Store {
 	}
 	s := &Store{
 		db: db, cfg: cfg, log: cfg.Logger,
-		reqs: make(chan *createReq),
-		stop: make(chan struct{}),
+		reqs:      make(chan *createReq),
+		stop:      make(chan struct{}),
+		gathering: make(chan struct{}, 1), committed: make(chan struct{}, cfg.Writers),
 		batchRows: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "clockd_create_batch_rows", Help: "Rows per group-committed create INSERT.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 500},

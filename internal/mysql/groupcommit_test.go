@@ -1,0 +1,91 @@
+package mysql_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/mysql"
+)
+
+// While one batch commits, single creates gather into one batch that
+// waits for that commit instead of going in small batches side by side;
+// a large request commits at once beside it. MySQL is stalled (a proxy
+// holds every byte) so that the first commit stays in flight while the
+// others arrive.
+func TestGroupCommitWaitsForTheCommitInFlight(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, proxy, direct := proxiedStore(t, mysql.StoreConfig{Writers: 4, Registerer: reg})
+	now := time.Now()
+	clock := func(id string) alarm.NewClock {
+		return alarm.NewClock{Application: "gc", BusinessID: id, Payload: "{}", ContentType: "application/json", RingAt: now.Add(time.Hour)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	create := func(clocks []alarm.NewClock) {
+		wg.Go(func() {
+			for _, r := range s.Create(ctx, clocks, now) {
+				if r.Err != nil {
+					mu.Lock()
+					errs = append(errs, r.Err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+
+	proxy.Stall()
+	create([]alarm.NewClock{clock("first")}) // its batch commits, and waits in the stall
+	time.Sleep(200 * time.Millisecond)
+	var large []alarm.NewClock
+	for i := range 200 {
+		large = append(large, clock(fmt.Sprintf("large-%03d", i)))
+	}
+	create(large) // a quarter of a batch or more: commits at once, beside the first
+	time.Sleep(200 * time.Millisecond)
+	for i := range 50 {
+		create([]alarm.NewClock{clock(fmt.Sprintf("single-%02d", i))}) // gathered into one batch
+	}
+	time.Sleep(300 * time.Millisecond)
+	proxy.Resume()
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d creates failed, the first: %v", len(errs), errs[0])
+	}
+
+	var n int
+	if err := direct.Get(&n, "SELECT COUNT(*) FROM clock WHERE application = 'gc'"); err != nil {
+		t.Fatal(err)
+	}
+	if n != 251 {
+		t.Fatalf("%d clocks in the table, want 251", n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batches, rows uint64
+	var sizes []string
+	for _, mf := range mfs {
+		if mf.GetName() == "clockd_create_batch_rows" {
+			h := mf.GetMetric()[0].GetHistogram()
+			batches, rows = h.GetSampleCount(), uint64(h.GetSampleSum())
+			for _, b := range h.GetBucket() {
+				sizes = append(sizes, fmt.Sprintf("<=%g:%d", b.GetUpperBound(), b.GetCumulativeCount()))
+			}
+		}
+	}
+	// 1, 200 and 50: three batches. Writers each gathering for itself
+	// made at least 4 of the singles alone, or more.
+	if batches != 3 || rows != 251 {
+		t.Errorf("%d batches holding %d rows (cumulative buckets %v); want 3 (1, 200 and 50) holding 251", batches, rows, sizes)
+	}
+}
