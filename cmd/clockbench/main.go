@@ -82,6 +82,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Tool: "clockbench", RunID: runID, StartedAt: time.Now().UTC(), Addr: cfg.addr,
 		Machine: machineInfo(), Flags: cfg.flags, Scenarios: cfg.scenarios, CPU: map[string]CPUUse{},
 	}
+	localServers, rep.ServerNotes = findServers("/proc", cfg.mysqlDSN, cfg.amqpURL)
+	rep.Servers = localServers
 	var rss *rssSampler
 	if cfg.rssPID > 0 {
 		rss = startRSS(cfg.rssPID)

@@ -119,7 +119,9 @@ type SweepPoint struct {
 	// (0 when clockd's pid is not known).
 	ClockdCPUS         float64 `json:"clockd_cpu_ring_phase_s,omitempty"`
 	ClockdCPUMsPer1000 float64 `json:"clockd_cpu_ms_per_1000_rings,omitempty"`
-	Error              string  `json:"error,omitempty"`
+	// the local MySQL and RabbitMQ processes' CPU seconds in the ring phase
+	ServerCPUS map[string]float64 `json:"server_cpu_ring_phase_s,omitempty"`
+	Error      string             `json:"error,omitempty"`
 }
 
 // newSweep plans the points: each percentage of ceiling over span.
@@ -139,6 +141,7 @@ func (p *SweepPoint) fill(g *RingResult) {
 	p.Lateness, p.Early, p.Lost, p.Duplicates = g.Lateness, g.Early, g.Lost, g.Duplicates
 	p.ClockdCPUS = g.ClockdCPURingS
 	p.ClockdCPUMsPer1000 = msPer1000(g.ClockdCPURingS, g.Received)
+	p.ServerCPUS = g.ServerCPURingS
 }
 
 // pastKnee tells whether a measured point is past the knee: its lateness
@@ -175,13 +178,16 @@ func (s *SweepResult) finish(measured int) {
 }
 
 // Cost is clockd's CPU time (utime+stime of its process) per 1,000 units
-// of work in one scenario or phase.
+// of work in one scenario or phase, and that of the local MySQL and
+// RabbitMQ processes (by name) when they were found.
 type Cost struct {
-	Scenario   string  `json:"scenario"`
-	Per        string  `json:"per"` // "creates" or "rings"
-	Count      int     `json:"count"`
-	ClockdCPUS float64 `json:"clockd_cpu_s"`
-	MsPer1000  float64 `json:"clockd_cpu_ms_per_1000"`
+	Scenario        string             `json:"scenario"`
+	Per             string             `json:"per"` // "creates" or "rings"
+	Count           int                `json:"count"`
+	ClockdCPUS      float64            `json:"clockd_cpu_s"`
+	MsPer1000       float64            `json:"clockd_cpu_ms_per_1000"`
+	ServerCPUS      map[string]float64 `json:"server_cpu_s,omitempty"`
+	ServerMsPer1000 map[string]float64 `json:"server_cpu_ms_per_1000,omitempty"`
 }
 
 // msPer1000 returns CPU milliseconds per 1,000 units, 0 for no units.
@@ -192,6 +198,13 @@ func msPer1000(cpuS float64, count int) float64 {
 	return cpuS * 1000 / (float64(count) / 1000)
 }
 
-func newCost(scenario, per string, count int, cpuS float64) Cost {
-	return Cost{Scenario: scenario, Per: per, Count: count, ClockdCPUS: cpuS, MsPer1000: msPer1000(cpuS, count)}
+func newCost(scenario, per string, count int, cpuS float64, servers map[string]float64) Cost {
+	c := Cost{Scenario: scenario, Per: per, Count: count, ClockdCPUS: cpuS, MsPer1000: msPer1000(cpuS, count)}
+	if len(servers) > 0 {
+		c.ServerCPUS, c.ServerMsPer1000 = servers, map[string]float64{}
+		for k, v := range servers {
+			c.ServerMsPer1000[k] = msPer1000(v, count)
+		}
+	}
+	return c
 }

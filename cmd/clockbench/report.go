@@ -37,9 +37,13 @@ type Report struct {
 	RSS        *RSSResult          `json:"rss,omitempty"`
 	CPU        map[string]CPUUse   `json:"cpu_by_scenario,omitempty"`
 	Costs      []Cost              `json:"clockd_cpu_cost,omitempty"`
-	Targets    []Target            `json:"targets,omitempty"`
-	Failures   []string            `json:"failures,omitempty"`
-	Errors     []string            `json:"errors,omitempty"`
+	// the local MySQL and RabbitMQ processes whose CPU time is reported
+	// beside clockd's, and why one is not
+	Servers     []server `json:"servers,omitempty"`
+	ServerNotes []string `json:"server_notes,omitempty"`
+	Targets     []Target `json:"targets,omitempty"`
+	Failures    []string `json:"failures,omitempty"`
+	Errors      []string `json:"errors,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -58,15 +62,15 @@ type Machine struct {
 // addCosts records clockd's CPU time per 1,000 creates or rings of the
 // scenario that just ran (rep.CPU[s] must be set).
 func (r *Report) addCosts(s string) {
-	cpu := r.CPU[s].ClockdCPUS
+	cpu, servers := r.CPU[s].ClockdCPUS, r.CPU[s].ServerCPUS
 	switch s {
 	case "create":
 		if r.Create != nil {
-			r.Costs = append(r.Costs, newCost(s, "creates", r.Create.Clocks, cpu))
+			r.Costs = append(r.Costs, newCost(s, "creates", r.Create.Clocks, cpu, servers))
 		}
 	case "batch":
 		if r.Batch != nil {
-			r.Costs = append(r.Costs, newCost(s, "creates", r.Batch.Clocks, cpu))
+			r.Costs = append(r.Costs, newCost(s, "creates", r.Batch.Clocks, cpu, servers))
 		}
 	case "ring", "hot":
 		g := r.Ring
@@ -74,14 +78,14 @@ func (r *Report) addCosts(s string) {
 			g = r.Hot
 		}
 		if g != nil {
-			r.Costs = append(r.Costs, newCost(s+" (create phase)", "creates", g.Created, g.ClockdCPUCreateS),
-				newCost(s, "rings", g.Received, g.ClockdCPURingS))
+			r.Costs = append(r.Costs, newCost(s+" (create phase)", "creates", g.Created, g.ClockdCPUCreateS, g.ServerCPUCreateS),
+				newCost(s, "rings", g.Received, g.ClockdCPURingS, g.ServerCPURingS))
 		}
 	case "sweep":
 		if r.Sweep != nil {
 			for _, p := range r.Sweep.Points {
 				if !p.FromRing && p.Error == "" {
-					r.Costs = append(r.Costs, newCost(fmt.Sprintf("sweep %g%%", p.Pct), "rings", p.Received, p.ClockdCPUS))
+					r.Costs = append(r.Costs, newCost(fmt.Sprintf("sweep %g%%", p.Pct), "rings", p.Received, p.ClockdCPUS, p.ServerCPUS))
 				}
 			}
 		}
@@ -488,10 +492,18 @@ func (r *Report) sections(withCharts bool) []section {
 		out = append(out, s)
 	}
 	if len(r.Costs) > 0 {
-		s := section{Title: "cost: clockd CPU time (utime+stime of its process)"}
+		s := section{Title: "cost: clockd CPU time (utime+stime of its process); beside it, the local MySQL's and RabbitMQ's"}
 		for _, c := range r.Costs {
-			s.Rows = append(s.Rows, [2]string{c.Scenario, fmt.Sprintf("%6.0f ms per 1,000 %s  (%.2f s for %s)", c.MsPer1000, c.Per, c.ClockdCPUS, fmtInt(c.Count))})
+			v := fmt.Sprintf("%6.0f ms per 1,000 %s  (%.2f s for %s)", c.MsPer1000, c.Per, c.ClockdCPUS, fmtInt(c.Count))
+			for _, k := range sortedFloatKeys(c.ServerMsPer1000) {
+				v += fmt.Sprintf("; %s %.0f ms", k, c.ServerMsPer1000[k])
+			}
+			s.Rows = append(s.Rows, [2]string{c.Scenario, v})
 		}
+		for _, sv := range r.Servers {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: pid %d (the process listening on the address clockbench was given)", sv.Name, sv.PID))
+		}
+		s.Notes = append(s.Notes, r.ServerNotes...)
 		out = append(out, s)
 	}
 	if r.RSS != nil {
@@ -509,6 +521,9 @@ func (r *Report) sections(withCharts bool) []section {
 				v := fmt.Sprintf("machine %3.0f%%  clockbench %3.0f%%", u.Machine, u.Clockbench)
 				if r.RSS != nil {
 					v += fmt.Sprintf("  clockd %3.0f%%", u.Clockd)
+				}
+				for _, k := range sortedFloatKeys(u.Servers) {
+					v += fmt.Sprintf("  %s %3.0f%%", k, u.Servers[k])
 				}
 				s.Rows = append(s.Rows, [2]string{name, v + "  load " + u.LoadAvg})
 			}

@@ -111,25 +111,35 @@ func TestReportEvaluate(t *testing.T) {
 
 func TestAddCosts(t *testing.T) {
 	r := sampleReport()
-	r.CPU = map[string]CPUUse{"create": {ClockdCPUS: 3}, "batch": {ClockdCPUS: 6}}
+	r.CPU = map[string]CPUUse{"create": {ClockdCPUS: 3, ServerCPUS: map[string]float64{"mysql": 4.5}}, "batch": {ClockdCPUS: 6}}
 	r.Ring.ClockdCPUCreateS, r.Ring.ClockdCPURingS = 1, 2.5
-	r.Sweep = &SweepResult{Points: []SweepPoint{{Pct: 10, Received: 1000, ClockdCPUS: 0.5}, {Pct: 50, FromRing: true}, {Pct: 85, Error: "x"}}}
+	r.Ring.ServerCPURingS = map[string]float64{"mysql": 5, "rabbitmq": 4}
+	r.Sweep = &SweepResult{Points: []SweepPoint{{Pct: 10, Received: 1000, ClockdCPUS: 0.5, ServerCPUS: map[string]float64{"rabbitmq": 0.25}},
+		{Pct: 50, FromRing: true}, {Pct: 85, Error: "x"}}}
 	for _, s := range []string{"mysql", "create", "batch", "ring", "sweep"} {
 		r.addCosts(s)
 	}
 	want := []Cost{
-		{"create", "creates", 150000, 3, 20},
-		{"batch", "creates", 300000, 6, 20},
-		{"ring (create phase)", "creates", 5000, 1, 200},
-		{"ring", "rings", 4999, 2.5, 2.5 * 1000 / 4.999},
-		{"sweep 10%", "rings", 1000, 0.5, 500},
+		{Scenario: "create", Per: "creates", Count: 150000, MsPer1000: 20, ServerMsPer1000: map[string]float64{"mysql": 30}},
+		{Scenario: "batch", Per: "creates", Count: 300000, MsPer1000: 20},
+		{Scenario: "ring (create phase)", Per: "creates", Count: 5000, MsPer1000: 200},
+		{Scenario: "ring", Per: "rings", Count: 4999, MsPer1000: 2.5 * 1000 / 4.999,
+			ServerMsPer1000: map[string]float64{"mysql": 5 * 1000 / 4.999, "rabbitmq": 4 * 1000 / 4.999}},
+		{Scenario: "sweep 10%", Per: "rings", Count: 1000, MsPer1000: 500, ServerMsPer1000: map[string]float64{"rabbitmq": 250}},
 	}
 	if len(r.Costs) != len(want) {
 		t.Fatalf("costs %+v, want %+v", r.Costs, want)
 	}
 	for i := range want {
-		if c := r.Costs[i]; c.Scenario != want[i].Scenario || c.Per != want[i].Per || c.Count != want[i].Count || math.Abs(c.MsPer1000-want[i].MsPer1000) > 1e-6 {
+		c := r.Costs[i]
+		if c.Scenario != want[i].Scenario || c.Per != want[i].Per || c.Count != want[i].Count || math.Abs(c.MsPer1000-want[i].MsPer1000) > 1e-6 ||
+			len(c.ServerMsPer1000) != len(want[i].ServerMsPer1000) {
 			t.Errorf("cost %d = %+v, want %+v", i, c, want[i])
+		}
+		for k, v := range want[i].ServerMsPer1000 {
+			if math.Abs(c.ServerMsPer1000[k]-v) > 1e-6 {
+				t.Errorf("cost %d: %s %.3f ms per 1,000, want %.3f", i, k, c.ServerMsPer1000[k], v)
+			}
 		}
 	}
 }

@@ -184,10 +184,13 @@ type RingResult struct {
 	RungCheck         string         `json:"rung_check,omitempty"`
 	// clockd's CPU seconds (utime+stime) in the create phase and from its
 	// end until the last ring arrived (plus -settle); 0 without -rss-pid.
-	ClockdCPUCreateS float64       `json:"clockd_cpu_create_phase_s,omitempty"`
-	ClockdCPURingS   float64       `json:"clockd_cpu_ring_phase_s,omitempty"`
-	Timeline         *TimelineJSON `json:"timeline,omitempty"`
-	Notes            []string      `json:"notes,omitempty"`
+	ClockdCPUCreateS float64 `json:"clockd_cpu_create_phase_s,omitempty"`
+	ClockdCPURingS   float64 `json:"clockd_cpu_ring_phase_s,omitempty"`
+	// the same for the local MySQL and RabbitMQ processes, by name
+	ServerCPUCreateS map[string]float64 `json:"server_cpu_create_phase_s,omitempty"`
+	ServerCPURingS   map[string]float64 `json:"server_cpu_ring_phase_s,omitempty"`
+	Timeline         *TimelineJSON      `json:"timeline,omitempty"`
+	Notes            []string           `json:"notes,omitempty"`
 }
 
 // ringRec is one received message, reduced to what the checks need.
@@ -418,6 +421,7 @@ wait:
 	if cfg.rssPID > 0 {
 		mark2 := readCPU(cfg.rssPID)
 		res.ClockdCPUCreateS, res.ClockdCPURingS = clockdSeconds(mark0, mark1), clockdSeconds(mark1, mark2)
+		res.ServerCPUCreateS, res.ServerCPURingS = serverSeconds(mark0, mark1), serverSeconds(mark1, mark2)
 	}
 	stopConsumer()
 

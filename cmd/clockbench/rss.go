@@ -17,14 +17,19 @@ type CPUUse struct {
 	Clockd     float64 `json:"clockd_pct,omitempty"`
 	ClockdCPUS float64 `json:"clockd_cpu_s,omitempty"` // utime+stime of clockd during the scenario
 	Clockbench float64 `json:"clockbench_pct"`
-	LoadAvg    string  `json:"loadavg_end"`
+	// the local MySQL and RabbitMQ processes (see findServers), by name:
+	// percent of one core, and CPU seconds
+	Servers    map[string]float64 `json:"server_pct,omitempty"`
+	ServerCPUS map[string]float64 `json:"server_cpu_s,omitempty"`
+	LoadAvg    string             `json:"loadavg_end"`
 }
 
 // cpuMark is a reading of the CPU counters.
 type cpuMark struct {
 	at          time.Time
-	total, idle float64 // jiffies of all cores, from /proc/stat
-	self, pid   float64 // utime+stime jiffies
+	total, idle float64   // jiffies of all cores, from /proc/stat
+	self, pid   float64   // utime+stime jiffies
+	servers     []float64 // utime+stime jiffies of each of localServers
 }
 
 const jiffy = 0.01 // USER_HZ is 100 on Linux
@@ -45,6 +50,9 @@ func readCPU(pid int) cpuMark {
 	m.self = procTicks("self")
 	if pid > 0 {
 		m.pid = procTicks(strconv.Itoa(pid))
+	}
+	for _, s := range localServers {
+		m.servers = append(m.servers, procTicks(strconv.Itoa(s.PID)))
 	}
 	return m
 }
@@ -102,6 +110,12 @@ func cpuBetween(a, b cpuMark, pid int) CPUUse {
 		if pid > 0 {
 			u.ClockdCPUS = clockdSeconds(a, b)
 			u.Clockd = 100 * u.ClockdCPUS / wall
+		}
+		if u.ServerCPUS = serverSeconds(a, b); u.ServerCPUS != nil {
+			u.Servers = map[string]float64{}
+			for k, v := range u.ServerCPUS {
+				u.Servers[k] = 100 * v / wall
+			}
 		}
 	}
 	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
