@@ -598,8 +598,15 @@ func TestConnectionCutFailsInFlightPromptly(t *testing.T) {
 	if took > 5*time.Second {
 		t.Errorf("PublishBatch took %s after the cut", took)
 	}
+	// The batch can fail before the publisher has dropped the cut session,
+	// so WaitReady alone may still see it: wait for the new connection.
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
+	select {
+	case <-conns:
+	case <-wctx.Done():
+		t.Fatal("no new connection within 10s of the cut")
+	}
 	if err := p.WaitReady(wctx); err != nil {
 		t.Fatal(err)
 	}
