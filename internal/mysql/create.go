@@ -19,7 +19,8 @@ import (
 // One writer at a time gathers requests (it holds the turn, gathering),
 // and a small batch (under a quarter of MaxBatchRows) is not committed
 // while another writer is committing: it keeps gathering until that commit
-// ends. Single creates from many clients then go in few large INSERTs, one
+// ends, or for GroupWait at most (a commit stuck in a lock wait must not
+// hold every single create back). Single creates from many clients then go in few large INSERTs, one
 // after another, instead of many small ones side by side, which cost MySQL
 // and clockd more CPU per clock (measured on 2 cores: 4 writers each
 // gathering for itself took 39 ms of MySQL CPU per 1,000 single creates,
@@ -127,9 +128,10 @@ func (s *Store) writer() {
 
 // gather adds to pending what else is waiting, up to one batch worth; while
 // the batch is small and another writer is committing, it keeps waiting
-// for requests until that commit ends (see the top of this file). The
-// caller holds the turn to gather.
+// for requests until that commit ends, GroupWait at most (see the top of
+// this file). The caller holds the turn to gather.
 func (s *Store) gather(pending *[]*createReq) {
+	var waitUp <-chan time.Time // GroupWait, from the first wait
 	waiting := 0
 	for _, r := range *pending {
 		waiting += len(r.clocks) - r.taken
@@ -145,11 +147,18 @@ func (s *Store) gather(pending *[]*createReq) {
 		if waiting >= s.cfg.MaxBatchRows/4 || s.committing.Load() == 0 {
 			return
 		}
+		if waitUp == nil {
+			t := time.NewTimer(s.cfg.GroupWait)
+			defer t.Stop()
+			waitUp = t.C
+		}
 		select {
 		case r := <-s.reqs:
 			*pending = append(*pending, r)
 			waiting += len(r.clocks)
 		case <-s.committed: // look again: that commit ended
+		case <-waitUp:
+			return
 		case <-s.stop:
 			return
 		}

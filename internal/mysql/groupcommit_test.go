@@ -13,6 +13,51 @@ import (
 	"github.com/clockd/clockd/internal/mysql"
 )
 
+// batchCount is the number of create batches committed, from the
+// clockd_create_batch_rows histogram in reg.
+func batchCount(t *testing.T, reg *prometheus.Registry) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "clockd_create_batch_rows" {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+// A commit that does not end (MySQL stalled, or a lock wait) holds a
+// single create back for GroupWait at most: then it commits beside it.
+func TestGroupCommitWaitsGroupWaitAtMost(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, proxy, _ := proxiedStore(t, mysql.StoreConfig{Writers: 4, GroupWait: 50 * time.Millisecond, Registerer: reg})
+	now := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		if i == 0 {
+			proxy.Stall()
+		}
+		wg.Go(func() {
+			r := s.Create(ctx, []alarm.NewClock{{Application: "gw", BusinessID: fmt.Sprintf("c-%d", i), Payload: "{}",
+				ContentType: "application/json", RingAt: now.Add(time.Hour)}}, now)
+			if r[0].Err != nil {
+				t.Errorf("create %d: %v", i, r[0].Err)
+			}
+		})
+		time.Sleep(300 * time.Millisecond) // > GroupWait: each went to MySQL alone
+	}
+	proxy.Resume()
+	wg.Wait()
+	if n := batchCount(t, reg); n != 3 {
+		t.Errorf("%d batches, want 3: a create 300 ms behind a stalled commit went on after GroupWait (50ms)", n)
+	}
+}
+
 // While one batch commits, single creates gather into one batch that
 // waits for that commit instead of going in small batches side by side;
 // a large request commits at once beside it. MySQL is stalled (a proxy
@@ -20,7 +65,7 @@ import (
 // others arrive.
 func TestGroupCommitWaitsForTheCommitInFlight(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s, proxy, direct := proxiedStore(t, mysql.StoreConfig{Writers: 4, Registerer: reg})
+	s, proxy, direct := proxiedStore(t, mysql.StoreConfig{Writers: 4, GroupWait: 10 * time.Second, Registerer: reg})
 	now := time.Now()
 	clock := func(id string) alarm.NewClock {
 		return alarm.NewClock{Application: "gc", BusinessID: id, Payload: "{}", ContentType: "application/json", RingAt: now.Add(time.Hour)}

@@ -91,6 +91,11 @@ type StoreConfig struct {
 	Writers       int // goroutines committing create batches; default 4
 	MaxBatchRows  int // rows per INSERT; default 500
 	MaxBatchBytes int // payload bytes per INSERT; default 4 MiB
+	// GroupWait: the longest a small create batch waits for the commit in
+	// flight before it commits beside it (see create.go); default 25 ms,
+	// so that one slow commit (a lock wait) never holds single creates
+	// back for longer.
+	GroupWait time.Duration
 	// WriteTimeout bounds a create batch that no request deadline bounds
 	// sooner; default 5 s.
 	WriteTimeout time.Duration
@@ -180,6 +185,9 @@ func NewStore(db *sqlx.DB, cfg StoreConfig) *Store {
 	}
 	if cfg.MaxBatchRows <= 0 {
 		cfg.MaxBatchRows = 500
+	}
+	if cfg.GroupWait <= 0 {
+		cfg.GroupWait = 25 * time.Millisecond
 	}
 	if cfg.MaxBatchBytes <= 0 {
 		cfg.MaxBatchBytes = 4 << 20
