@@ -20,12 +20,13 @@ import (
 // and a small batch (under a quarter of MaxBatchRows) is not committed
 // while another writer is committing: it keeps gathering until that commit
 // ends, or for GroupWait at most (a commit stuck in a lock wait must not
-// hold every single create back). Single creates from many clients then go in few large INSERTs, one
-// after another, instead of many small ones side by side, which cost MySQL
-// and clockd more CPU per clock (measured on 2 cores: 4 writers each
-// gathering for itself took 39 ms of MySQL CPU per 1,000 single creates,
-// one writer 23); large batches still commit side by side, which batch
-// creates need (one writer took 10-34 % fewer of them).
+// hold every single create back). Single creates from many clients then
+// go in few large INSERTs, one after another, instead of many small ones
+// side by side, which cost MySQL and clockd more CPU per clock (measured
+// on 2 cores: 4 writers each gathering for itself took 39 ms of MySQL CPU
+// per 1,000 single creates, one writer 23); large batches still commit
+// side by side, which batch creates need (one writer took 10-34 % fewer
+// of them).
 
 type createReq struct {
 	ctx    context.Context
