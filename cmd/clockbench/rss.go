@@ -27,9 +27,9 @@ type CPUUse struct {
 // cpuMark is a reading of the CPU counters.
 type cpuMark struct {
 	at          time.Time
-	total, idle float64   // jiffies of all cores, from /proc/stat
-	self, pid   float64   // utime+stime jiffies
-	servers     []float64 // utime+stime jiffies of each of localServers
+	total, idle float64            // jiffies of all cores, from /proc/stat
+	self, pid   float64            // utime+stime jiffies
+	servers     map[string]float64 // utime+stime jiffies of localServers, by name
 }
 
 const jiffy = 0.01 // USER_HZ is 100 on Linux
@@ -51,8 +51,11 @@ func readCPU(pid int) cpuMark {
 	if pid > 0 {
 		m.pid = procTicks(strconv.Itoa(pid))
 	}
-	for _, s := range localServers {
-		m.servers = append(m.servers, procTicks(strconv.Itoa(s.PID)))
+	if len(localServers) > 0 {
+		m.servers = map[string]float64{}
+		for _, s := range localServers {
+			m.servers[s.Name] = procTicks(strconv.Itoa(s.PID))
+		}
 	}
 	return m
 }

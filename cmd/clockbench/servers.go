@@ -132,14 +132,15 @@ func listenerPID(procRoot string, comms []string, port int) (int, error) {
 	return 0, fmt.Errorf("no %s process of this user listens on port %d", strings.Join(comms, " or "), port)
 }
 
-// serverSeconds returns each server's CPU seconds between two marks.
+// serverSeconds returns each server's CPU seconds between two marks (nil
+// when no server was found).
 func serverSeconds(a, b cpuMark) map[string]float64 {
-	if len(a.servers) == 0 || len(a.servers) != len(b.servers) {
+	if len(b.servers) == 0 {
 		return nil
 	}
 	out := map[string]float64{}
-	for i, s := range localServers {
-		out[s.Name] = max(0, b.servers[i]-a.servers[i]) * jiffy
+	for name, ticks := range b.servers {
+		out[name] = max(0, ticks-a.servers[name]) * jiffy
 	}
 	return out
 }

@@ -13,9 +13,10 @@ import (
 	"github.com/clockd/clockd/internal/mysql"
 )
 
-// batchCount is the number of create batches committed, from the
-// clockd_create_batch_rows histogram in reg.
-func batchCount(t *testing.T, reg *prometheus.Registry) uint64 {
+// batchRows reads the clockd_create_batch_rows histogram in reg: how many
+// create batches were committed, the rows they held, and its cumulative
+// buckets (for messages).
+func batchRows(t *testing.T, reg *prometheus.Registry) (batches, rows uint64, buckets []string) {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -23,10 +24,14 @@ func batchCount(t *testing.T, reg *prometheus.Registry) uint64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == "clockd_create_batch_rows" {
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			h := mf.GetMetric()[0].GetHistogram()
+			for _, b := range h.GetBucket() {
+				buckets = append(buckets, fmt.Sprintf("<=%g:%d", b.GetUpperBound(), b.GetCumulativeCount()))
+			}
+			return h.GetSampleCount(), uint64(h.GetSampleSum()), buckets
 		}
 	}
-	return 0
+	return 0, 0, nil
 }
 
 // A commit that does not end (MySQL stalled, or a lock wait) holds a
@@ -53,7 +58,7 @@ func TestGroupCommitWaitsGroupWaitAtMost(t *testing.T) {
 	}
 	proxy.Resume()
 	wg.Wait()
-	if n := batchCount(t, reg); n != 3 {
+	if n, _, _ := batchRows(t, reg); n != 3 {
 		t.Errorf("%d batches, want 3: a create 300 ms behind a stalled commit went on after GroupWait (50ms)", n)
 	}
 }
@@ -113,21 +118,7 @@ func TestGroupCommitWaitsForTheCommitInFlight(t *testing.T) {
 	if n != 251 {
 		t.Fatalf("%d clocks in the table, want 251", n)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var batches, rows uint64
-	var sizes []string
-	for _, mf := range mfs {
-		if mf.GetName() == "clockd_create_batch_rows" {
-			h := mf.GetMetric()[0].GetHistogram()
-			batches, rows = h.GetSampleCount(), uint64(h.GetSampleSum())
-			for _, b := range h.GetBucket() {
-				sizes = append(sizes, fmt.Sprintf("<=%g:%d", b.GetUpperBound(), b.GetCumulativeCount()))
-			}
-		}
-	}
+	batches, rows, sizes := batchRows(t, reg)
 	// 1, 200 and 50: three batches. Writers each gathering for itself
 	// made at least 4 of the singles alone, or more.
 	if batches != 3 || rows != 251 {
