@@ -36,15 +36,14 @@ func archive(ctx context.Context, tx sqlx.ExecerContext, ids []int64, history bo
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	ids = sortedIDs(ids)
-	in := placeholders(len(ids))
+	match, args := idMatch(sortedIDs(ids))
 	if history {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO clock_history ("+copyCols+", finish_time) SELECT "+copyCols+
-			", update_time FROM clock WHERE id IN ("+in+")", idArgs(ids)...); err != nil {
+			", update_time FROM "+byID+" WHERE "+match, args...); err != nil {
 			return 0, fmt.Errorf("copy %d clocks to history: %w", len(ids), err)
 		}
 	}
-	res, err := tx.ExecContext(ctx, "DELETE FROM clock WHERE id IN ("+in+")", idArgs(ids)...)
+	res, err := tx.ExecContext(ctx, "DELETE FROM clock WHERE "+match, args...)
 	if err != nil {
 		return 0, fmt.Errorf("delete %d finished clocks: %w", len(ids), err)
 	}
@@ -127,9 +126,10 @@ func (s *Store) MoveFinished(ctx context.Context, st alarm.Status, ids []int64, 
 			ID         int64 `db:"id"`
 			UpdateTime int64 `db:"update_time"`
 		}
-		args := append(idArgs(ids), string(st), ms(before))
-		if err := tx.SelectContext(ctx, &rows, "SELECT id, update_time FROM "+byID+" WHERE id IN ("+placeholders(len(ids))+
-			") AND status = ? AND update_time < ? FOR UPDATE", args...); err != nil {
+		match, args := idMatch(ids)
+		args = append(args, string(st), ms(before))
+		if err := tx.SelectContext(ctx, &rows, "SELECT id, update_time FROM "+byID+" WHERE "+match+
+			" AND status = ? AND update_time < ? FOR UPDATE", args...); err != nil {
 			return fmt.Errorf("lock finished clocks: %w", err)
 		}
 		var keep, drop []int64
