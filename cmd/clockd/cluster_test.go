@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,6 +96,7 @@ type clusterJSON struct {
 	Instances  []struct {
 		InstanceID string      `json:"instance_id"`
 		Live       bool        `json:"live"`
+		Rings      bool        `json:"rings"`
 		Shards     []leaseJSON `json:"shards"`
 	} `json:"instances"`
 	Unowned []int `json:"unowned_shards"`
@@ -104,6 +106,16 @@ type leaseJSON struct {
 	Shard      int    `json:"shard"`
 	Epoch      int64  `json:"epoch"`
 	LeaseUntil string `json:"lease_until"`
+}
+
+// rings is what the instance's heartbeat says: it can publish.
+func (v clusterJSON) rings(id string) bool {
+	for _, i := range v.Instances {
+		if i.InstanceID == id {
+			return i.Rings
+		}
+	}
+	return false
 }
 
 // owners maps each owned shard to its owner and lease.
@@ -963,4 +975,79 @@ func TestClusterShortPauseLosesNoClock(t *testing.T) {
 	if worst > time.Second {
 		t.Errorf("a clock rang %v after max(ring_at, resume), want at most 1 s", worst)
 	}
+}
+
+// An instance that cannot publish holds no shard, so that the others ring
+// its clocks: one started with an unreachable broker takes none, and one
+// that loses its broker gives its shards up after the lease TTL (sooner
+// would move every shard at each broker node restart). With the broker
+// back it takes its share again. No clock is lost or rung twice, and none
+// waits much longer than the TTL.
+func TestClusterInstanceWithoutBroker(t *testing.T) {
+	e := newEnv(t)
+	cons := testenv.Consume(t, e.AMQP, e.Exchange, "nobroker")
+	amqp, err := url.Parse(e.AMQP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.StartProxy(t, amqp.Host)
+	viaProxy := *amqp
+	viaProxy.Host = proxy.Addr
+	dead := *amqp
+	dead.Host = testenv.FreeAddr(t) // nobody listens there
+	nodes := startCluster(t, e, 2, map[string]string{"CLOCKD_AMQP_URL": viaProxy.String()})
+	a, b := nodes[0], nodes[1]
+
+	// c starts without a broker: it serves the API but takes no shard.
+	c := &clusterNode{Clockd: testenv.LaunchClockd(t, e.vars(map[string]string{
+		"CLOCKD_SHARDS": strconv.Itoa(clusterShards), "CLOCKD_LEASE_TTL": clusterTTL.String(),
+		"CLOCKD_INSTANCE_ID": "c", "CLOCKD_PRELOAD_WINDOW": clusterWindow.String(),
+		"CLOCKD_AMQP_URL": dead.String(),
+	})), ID: "c"}
+	c.WaitHealthy(30 * time.Second)
+	time.Sleep(4 * leaseRound) // c's first rounds, and the others' after them
+	if v := clusterViewOf(t, a); !v.fair([]string{"a", "b"}) || len(v.leases("c")) != 0 || v.rings("c") {
+		t.Fatalf("with c unable to publish, want a and b to share every shard, c none and not ringing: %s", v)
+	}
+
+	// Clocks created through c, due over the next seconds: a and b ring them.
+	const n, spread = 600, 3 * time.Second
+	from := time.Now().Add(clusterWindow + time.Second)
+	clocks := clusterStorm(t, []*clusterNode{c}, "nobroker", n, from, spread)
+	r := clusterWaitRung(cons, clocks, time.Until(from)+spread+10*time.Second)
+	t.Logf("created through the instance without a broker: %s", r)
+	r.check(t, true)
+	if limit := time.Second; r.max() >= limit {
+		t.Errorf("max lateness %v, want under %v: the instances able to publish own every shard", r.max(), limit)
+	}
+
+	// a and b lose their broker (the proxy refuses, their connections
+	// close): with no instance able to ring, nobody gives anything up.
+	proxy.Cut()
+	time.Sleep(clusterTTL + 3*leaseRound)
+	if v := clusterViewOf(t, c); !v.fair([]string{"a", "b"}) {
+		t.Errorf("with no instance able to publish, want the shards to stay where they were: %s", v)
+	}
+	// Restart c with the broker: it takes every shard once a and b say
+	// they cannot ring, and rings what comes due meanwhile.
+	c.Kill()
+	c = startClusterNode(t, e, "c", nil)
+	v, took, ok := waitCluster(t, c, clusterTTL+8*leaseRound, func(v clusterJSON) bool { return v.ownedBy([]string{"c"}) })
+	if !ok {
+		t.Fatalf("c (the only instance able to publish) does not own every shard %v after its start: %s", took, v)
+	}
+	t.Logf("c owns every shard %v after its start: %s", took.Round(time.Millisecond), v)
+	from = time.Now().Add(clusterWindow + time.Second)
+	clocks2 := clusterStorm(t, []*clusterNode{a, b}, "nobroker2", n, from, spread)
+	cons2 := testenv.Consume(t, e.AMQP, e.Exchange, "nobroker2")
+	r = clusterWaitRung(cons2, clocks2, time.Until(from)+spread+10*time.Second)
+	t.Logf("created through the instances that lost their broker: %s", r)
+	r.check(t, true)
+
+	// The broker is back for a and b: the shards are shared by the three.
+	proxy.Restore()
+	if v, took, ok := waitCluster(t, c, 12*leaseRound, func(v clusterJSON) bool { return v.fair([]string{"a", "b", "c"}) }); !ok {
+		t.Errorf("shards not shared by a, b and c %v after a's and b's broker came back: %s", took, v)
+	}
+	clusterWaitAllRung(t, clusterDB(t, e), 2*n, 10*time.Second)
 }

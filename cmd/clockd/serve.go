@@ -123,6 +123,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Drain:       func(ctx context.Context, shards []int) error { return loop.Drain(ctx, shards) },
 		Held:        func() []int64 { return loop.Held() },
 		Report:      instanceStats(store, cfg.Cluster.InstanceID, queue),
+		CanRing:     pub.Ready,
 	}, store, queue)
 	loop = ring.New(ring.Config{
 		ClaimAhead: cfg.Ring.ClaimAhead, ClaimAheadMax: cfg.Ring.ClaimAheadMax, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
@@ -260,7 +261,7 @@ func clusterView(ctx context.Context, store *mysql.Store) (any, error) {
 		}
 		out.Instances = append(out.Instances, httpapi.ClusterInstance{
 			InstanceID: i.InstanceID, HTTPAddr: i.HTTPAddr, StartedAt: fmtMS(i.StartedAt), ExpiresAt: fmtMS(i.ExpiresAt),
-			Live: i.ExpiresAt > now.UnixMilli(), Shards: ss,
+			Live: i.ExpiresAt > now.UnixMilli(), Rings: i.Rings, Shards: ss,
 		})
 	}
 	return out, nil

@@ -46,6 +46,7 @@ type Instance struct {
 	HeapClocks int64     // clocks in its in-memory heap at its last heartbeat
 	HeapBytes  int64     // its Go heap (live objects) at its last heartbeat
 	StatsAt    time.Time // zero: it never reported (an older clockd)
+	Rings      bool      // it can publish to RabbitMQ (only such instances hold shards)
 }
 
 // ShardLease is one shard's lease as the store holds it.

@@ -111,6 +111,7 @@ type ClusterInstance struct {
 	StartedAt  string         `json:"started_at"`
 	ExpiresAt  string         `json:"expires_at"`
 	Live       bool           `json:"live"`
+	Rings      bool           `json:"rings"` // it can publish to RabbitMQ: only such instances hold shards
 	Shards     []ClusterShard `json:"shards"`
 }
 

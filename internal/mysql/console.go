@@ -209,15 +209,16 @@ func (s *Store) Instances(ctx context.Context) ([]alarm.Instance, []alarm.ShardL
 		HeapClocks int64  `db:"heap_clocks"`
 		HeapBytes  int64  `db:"heap_bytes"`
 		StatsAt    int64  `db:"stats_at"`
+		Rings      bool   `db:"rings"`
 	}
-	if err := s.db.SelectContext(ctx, &rows, `SELECT instance_id, http_addr, started_at, expires_at, heap_clocks, heap_bytes, stats_at
-		FROM clock_instance ORDER BY instance_id`); err != nil {
+	if err := s.db.SelectContext(ctx, &rows, `SELECT instance_id, http_addr, started_at, expires_at, heap_clocks, heap_bytes, stats_at,
+		  rings <> 0 AS rings FROM clock_instance ORDER BY instance_id`); err != nil {
 		return nil, nil, time.Time{}, fmt.Errorf("instances: %w", mapErr(err))
 	}
 	inst := make([]alarm.Instance, len(rows))
 	for i, r := range rows {
 		inst[i] = alarm.Instance{ID: r.ID, HTTPAddr: r.HTTPAddr, StartedAt: fromMS(r.StartedAt), ExpiresAt: fromMS(r.ExpiresAt),
-			HeapClocks: r.HeapClocks, HeapBytes: r.HeapBytes}
+			HeapClocks: r.HeapClocks, HeapBytes: r.HeapBytes, Rings: r.Rings}
 		if r.StatsAt > 0 {
 			inst[i].StatsAt = fromMS(r.StatsAt)
 		}

@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -104,7 +105,7 @@ func TestConsoleReads(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := s.Heartbeat(ctx, "i-1", "127.0.0.1:1", now, time.Minute); err != nil {
+	if err := s.Heartbeat(ctx, "i-1", "127.0.0.1:1", now, time.Minute, true); err != nil {
 		t.Fatal(err)
 	}
 	inst, leases, dbNow, err := s.Instances(ctx)
@@ -115,7 +116,26 @@ func TestConsoleReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst, _, _, err = s.Instances(ctx)
-	if err != nil || inst[0].HeapClocks != 1234 || inst[0].HeapBytes != 5<<20 || inst[0].StatsAt.IsZero() {
+	if err != nil || inst[0].HeapClocks != 1234 || inst[0].HeapBytes != 5<<20 || inst[0].StatsAt.IsZero() || !inst[0].Rings {
 		t.Errorf("Instances after stats: %+v, %v", inst, err)
+	}
+
+	// An instance that cannot ring is live but takes no part in the
+	// shares; its next heartbeat that can ring puts it back.
+	if err := s.Heartbeat(ctx, "i-2", "127.0.0.1:2", now, time.Minute, false); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s.RingingInstances(ctx); err != nil || !slices.Equal(ids, []string{"i-1"}) {
+		t.Errorf("RingingInstances with i-2 unable to ring = %v, %v; want [i-1]", ids, err)
+	}
+	inst, _, _, err = s.Instances(ctx)
+	if err != nil || len(inst) != 2 || inst[1].ID != "i-2" || inst[1].Rings {
+		t.Errorf("Instances with i-2 unable to ring: %+v, %v", inst, err)
+	}
+	if err := s.Heartbeat(ctx, "i-2", "127.0.0.1:2", now, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s.RingingInstances(ctx); err != nil || !slices.Equal(ids, []string{"i-1", "i-2"}) {
+		t.Errorf("RingingInstances with both able to ring = %v, %v", ids, err)
 	}
 }

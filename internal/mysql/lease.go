@@ -11,24 +11,28 @@ import (
 // Shard leases and instance heartbeats. Expiry is judged by the database
 // clock (dbNowMS) so that instances need not agree on the time.
 
-// Heartbeat records that the instance is alive until now+ttl.
-func (s *Store) Heartbeat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO clock_instance (instance_id, http_addr, started_at, expires_at)
-		VALUES (?, ?, ?, `+dbNowMS+` + ?)
-		ON DUPLICATE KEY UPDATE http_addr = VALUES(http_addr), started_at = VALUES(started_at), expires_at = VALUES(expires_at)`,
-		instanceID, httpAddr, ms(started), ttl.Milliseconds())
+// Heartbeat records that the instance is alive until now+ttl, and whether
+// it can ring (publish to RabbitMQ).
+func (s *Store) Heartbeat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration, rings bool) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO clock_instance (instance_id, http_addr, started_at, expires_at, rings)
+		VALUES (?, ?, ?, `+dbNowMS+` + ?, ?)
+		ON DUPLICATE KEY UPDATE http_addr = VALUES(http_addr), started_at = VALUES(started_at), expires_at = VALUES(expires_at),
+		  rings = VALUES(rings)`,
+		instanceID, httpAddr, ms(started), ttl.Milliseconds(), rings)
 	if err != nil {
 		return fmt.Errorf("heartbeat: %w", mapErr(err))
 	}
 	return nil
 }
 
-// LiveInstances lists the instances whose heartbeat has not expired, sorted.
-func (s *Store) LiveInstances(ctx context.Context) ([]string, error) {
+// RingingInstances lists, sorted, the instances whose heartbeat has not
+// expired and that can publish (rings = 1): the shards are shared among
+// them.
+func (s *Store) RingingInstances(ctx context.Context) ([]string, error) {
 	var ids []string
 	if err := s.db.SelectContext(ctx, &ids,
-		"SELECT instance_id FROM clock_instance WHERE expires_at > "+dbNowMS+" ORDER BY instance_id"); err != nil {
-		return nil, fmt.Errorf("live instances: %w", mapErr(err))
+		"SELECT instance_id FROM clock_instance WHERE expires_at > "+dbNowMS+" AND rings = 1 ORDER BY instance_id"); err != nil {
+		return nil, fmt.Errorf("ringing instances: %w", mapErr(err))
 	}
 	return ids, nil
 }
@@ -143,6 +147,7 @@ type ClusterInstance struct {
 	HTTPAddr   string `db:"http_addr" json:"http_addr"`
 	StartedAt  int64  `db:"started_at" json:"-"`
 	ExpiresAt  int64  `db:"expires_at" json:"-"`
+	Rings      bool   `db:"rings" json:"-"`
 }
 
 // Cluster reads the instances, the shard leases and the database clock.
@@ -153,7 +158,7 @@ func (s *Store) Cluster(ctx context.Context) ([]ClusterInstance, []ClusterShard,
 	if err := s.db.GetContext(ctx, &now, "SELECT "+dbNowMS); err != nil {
 		return nil, nil, time.Time{}, fmt.Errorf("cluster: %w", mapErr(err))
 	}
-	if err := s.db.SelectContext(ctx, &inst, "SELECT instance_id, http_addr, started_at, expires_at FROM clock_instance ORDER BY instance_id"); err != nil {
+	if err := s.db.SelectContext(ctx, &inst, "SELECT instance_id, http_addr, started_at, expires_at, rings <> 0 AS rings FROM clock_instance ORDER BY instance_id"); err != nil {
 		return nil, nil, time.Time{}, fmt.Errorf("cluster instances: %w", mapErr(err))
 	}
 	if err := s.db.SelectContext(ctx, &shards, "SELECT shard, COALESCE(owner, '') AS owner, epoch, lease_until FROM clock_shard ORDER BY shard"); err != nil {

@@ -21,6 +21,7 @@ import (
 func (m *Manager) Run(ctx context.Context) error {
 	tick := m.cfg.LeaseTTL / 4
 	failures := 0
+	m.waitRing(ctx, 2*time.Second)
 	for {
 		if err := m.round(ctx); err != nil {
 			failures++
@@ -58,6 +59,89 @@ func (m *Manager) Ready() error {
 	return nil
 }
 
+// brokerState is what this instance knows of its own ability to ring.
+type brokerState int
+
+const (
+	ringing brokerState = iota // it can publish
+	blip                       // it cannot, for less than the lease TTL so far
+	noBroker                   // it cannot, for the lease TTL or since its start
+)
+
+// share is how many shards this instance should hold: its fair share among
+// the live instances that can ring (ringing, which its own heartbeat has
+// just joined or left) while it can ring; those it holds (held) during a
+// blip, neither taking nor giving any; none when it has no broker and
+// another instance can ring, so that they ring its shards' clocks; and
+// still those it holds when no instance can ring, since moving shards
+// would help nobody.
+func share(shards int, ringing []string, me string, st brokerState, held int) int {
+	switch st {
+	case blip:
+		return held
+	case noBroker:
+		for _, id := range ringing {
+			if id != me {
+				return 0
+			}
+		}
+		return held
+	}
+	return target(shards, ringing, me)
+}
+
+// waitRing gives the publisher a moment to connect at the start (at most
+// wait), so that the first lease round judges the broker by a connection
+// made, not by one under way.
+func (m *Manager) waitRing(ctx context.Context, wait time.Duration) {
+	if m.cfg.CanRing == nil {
+		return
+	}
+	deadline := time.Now().Add(wait)
+	for m.cfg.CanRing() != nil && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// brokerState judges, for this round, whether this instance can ring (see
+// Config.CanRing), and logs when it gives its shards up or takes them
+// again. Its heartbeat says at once that it cannot ring (the others then
+// leave it out of their shares), but it gives its shards up only after the
+// lease TTL: a broker restart or a move to another node of a cluster ends
+// sooner, and moving every shard for it would delay rings, not hasten them.
+func (m *Manager) brokerState() brokerState {
+	if m.cfg.CanRing == nil {
+		return ringing
+	}
+	err := m.cfg.CanRing()
+	now := m.now()
+	first := !m.judged
+	m.judged = true
+	if err == nil {
+		if m.gaveUp {
+			m.log.Info("RabbitMQ takes rings again: this instance takes its share of the shards")
+		}
+		m.downSince, m.gaveUp = time.Time{}, false
+		return ringing
+	}
+	if m.downSince.IsZero() {
+		m.downSince = now
+	}
+	if !m.gaveUp && (first || now.Sub(m.downSince) >= m.cfg.LeaseTTL) {
+		m.gaveUp = true
+		m.log.Warn("cannot publish to RabbitMQ: this instance gives its shards up to the instances that can",
+			"for", now.Sub(m.downSince).Round(time.Second), "err", err)
+	}
+	if m.gaveUp {
+		return noBroker
+	}
+	return blip
+}
+
 // target is this instance's fair share of the shards.
 func target(shards int, live []string, me string) int {
 	i := sort.SearchStrings(live, me) // my rank among the live instances
@@ -77,7 +161,8 @@ func (m *Manager) round(ctx context.Context) error {
 	defer cancel()
 	start := time.Now() // local monotonic time the renewal is counted from
 	ttl := m.cfg.LeaseTTL
-	if err := m.store.Heartbeat(ctx, m.cfg.InstanceID, m.cfg.HTTPAddr, m.started, ttl); err != nil {
+	st := m.brokerState()
+	if err := m.store.Heartbeat(ctx, m.cfg.InstanceID, m.cfg.HTTPAddr, m.started, ttl, st == ringing); err != nil {
 		return err
 	}
 	if m.cfg.Report != nil {
@@ -85,7 +170,7 @@ func (m *Manager) round(ctx context.Context) error {
 			m.log.Debug("instance stats not written", "err", err)
 		}
 	}
-	live, err := m.store.LiveInstances(ctx)
+	live, err := m.store.RingingInstances(ctx)
 	if err != nil {
 		return err
 	}
@@ -104,11 +189,11 @@ func (m *Manager) round(ctx context.Context) error {
 		}
 		m.joined = true
 	}
-	want := target(m.cfg.Shards, live, m.cfg.InstanceID)
 	leases, err := m.store.RenewLeases(ctx, m.cfg.InstanceID, ttl)
 	if err != nil {
 		return err
 	}
+	want := share(m.cfg.Shards, live, m.cfg.InstanceID, st, len(leases))
 	if extra := len(leases) - want; extra > 0 {
 		// hand the highest shards over: stop ringing them first
 		give := make([]int, 0, extra)

@@ -2,9 +2,11 @@ package preload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,12 +23,13 @@ type leaseStore struct {
 	owner  map[int]string // shard -> owner
 	epoch  map[int]int64
 	live   []string
-	log    []string // "recover 3 held [7 9]", "release [2 3]", ...
+	mute   map[string]bool // instances whose heartbeat said they cannot ring
+	log    []string        // "recover 3 held [7 9]", "release [2 3]", ...
 	shards int
 }
 
 func newLeaseStore(shards int, live ...string) *leaseStore {
-	return &leaseStore{owner: map[int]string{}, epoch: map[int]int64{}, live: live, shards: shards}
+	return &leaseStore{owner: map[int]string{}, epoch: map[int]int64{}, mute: map[string]bool{}, live: live, shards: shards}
 }
 
 func (s *leaseStore) note(format string, args ...any) {
@@ -43,14 +46,23 @@ func (s *leaseStore) LoadDue(context.Context, int, time.Time, int64, time.Time, 
 	return nil, nil
 }
 
-func (s *leaseStore) Heartbeat(context.Context, string, string, time.Time, time.Duration) error {
+func (s *leaseStore) Heartbeat(_ context.Context, id, _ string, _ time.Time, _ time.Duration, rings bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mute[id] = !rings
 	return nil
 }
 
-func (s *leaseStore) LiveInstances(context.Context) ([]string, error) {
+func (s *leaseStore) RingingInstances(context.Context) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.live), nil
+	var out []string
+	for _, id := range s.live {
+		if !s.mute[id] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }
 
 func (s *leaseStore) held(owner string) []alarm.Lease {
@@ -222,5 +234,101 @@ func TestLostLeaseStopsLoader(t *testing.T) {
 	}
 	if m.ValidUntil(0, 1).IsZero() {
 		t.Error("the kept shard is no longer held")
+	}
+}
+
+func TestShare(t *testing.T) {
+	tests := []struct {
+		ringing []string
+		me      string
+		st      brokerState
+		held    int
+		want    int
+	}{
+		{[]string{"a", "b"}, "a", ringing, 0, 16},
+		{[]string{"b"}, "a", ringing, 0, 16},  // my heartbeat not visible yet: counted in
+		{[]string{"b"}, "a", blip, 5, 5},      // a blip: neither take nor give
+		{[]string{"b"}, "a", noBroker, 16, 0}, // b can ring: a gives everything up
+		{[]string{}, "a", noBroker, 16, 16},   // nobody can ring: a keeps what it holds
+		{[]string{}, "a", noBroker, 0, 0},     // ... and takes nothing
+		{[]string{"a"}, "a", noBroker, 5, 5},  // a stale heartbeat of mine is not another instance
+		{[]string{"a", "b", "c"}, "c", noBroker, 3, 0},
+	}
+	for _, tt := range tests {
+		if got := share(32, tt.ringing, tt.me, tt.st, tt.held); got != tt.want {
+			t.Errorf("share(32, %v, %s, state %d, held %d) = %d, want %d", tt.ringing, tt.me, tt.st, tt.held, got, tt.want)
+		}
+	}
+}
+
+// An instance whose broker fails says so with its next heartbeat but keeps
+// its shards for one lease TTL (a node's restart), then gives them all up
+// while another instance can ring; once the broker is back it takes its
+// share again.
+func TestBrokerLossGivesShardsUp(t *testing.T) {
+	store := newLeaseStore(4, "a", "b")
+	var clock atomic.Int64 // the loaders read it too
+	clock.Store(time.Unix(1_700_000_000, 0).UnixNano())
+	advance := func(d time.Duration) { clock.Add(int64(d)) }
+	var brokerErr error
+	m := leaseManager(t, store, Config{
+		Now:     func() time.Time { return time.Unix(0, clock.Load()) },
+		CanRing: func() error { return brokerErr },
+	})
+	round := func() {
+		t.Helper()
+		if err := m.round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heldHere := func() int {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return len(store.held("a"))
+	}
+	round()
+	if got := heldHere(); got != 2 {
+		t.Fatalf("a holds %d shards, want its share 2", got)
+	}
+	brokerErr = errors.New("rabbitmq: connection refused")
+	round()
+	if got := heldHere(); got != 2 || !store.mute["a"] {
+		t.Fatalf("just after the broker failed a holds %d shards (muted %v), want 2, muted at once", got, store.mute["a"])
+	}
+	advance(9 * time.Second) // under the lease TTL (10 s): a restart of the node
+	round()
+	if got := heldHere(); got != 2 {
+		t.Fatalf("after 9 s without the broker a holds %d shards, want still 2", got)
+	}
+	advance(2 * time.Second)
+	round()
+	if got := heldHere(); got != 0 || !store.mute["a"] {
+		t.Fatalf("after 11 s without the broker a holds %d shards (muted %v), want none, muted", got, store.mute["a"])
+	}
+	round()
+	if got := heldHere(); got != 0 {
+		t.Fatalf("a took %d shards back while it cannot ring", got)
+	}
+	brokerErr = nil
+	round()
+	if got := heldHere(); got != 2 || store.mute["a"] {
+		t.Fatalf("with the broker back a holds %d shards (muted %v), want its share 2", got, store.mute["a"])
+	}
+}
+
+// An instance that cannot reach the broker at its start takes no shards
+// from the others; alone, with no instance able to ring, it keeps what it
+// holds rather than leave the shards unowned.
+func TestNoBrokerAtStart(t *testing.T) {
+	store := newLeaseStore(4, "a", "b")
+	m := leaseManager(t, store, Config{CanRing: func() error { return errors.New("dial: connection refused") }})
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	n := len(store.held("a"))
+	store.mu.Unlock()
+	if n != 0 || !store.mute["a"] {
+		t.Fatalf("a holds %d shards (muted %v) at a start without the broker, want none", n, store.mute["a"])
 	}
 }

@@ -20,8 +20,8 @@ import (
 type Store interface {
 	LoadDue(ctx context.Context, shard int, afterAt time.Time, afterID int64, until time.Time, limit int) ([]alarm.Due, error)
 	RecoverFiring(ctx context.Context, shard int, epoch int64, staleBefore time.Time, held []int64, now time.Time) (int64, error)
-	Heartbeat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration) error
-	LiveInstances(ctx context.Context) ([]string, error)
+	Heartbeat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration, rings bool) error
+	RingingInstances(ctx context.Context) ([]string, error)
 	RenewLeases(ctx context.Context, owner string, ttl time.Duration) ([]alarm.Lease, error)
 	AcquireLeases(ctx context.Context, owner string, n int, ttl time.Duration) ([]alarm.Lease, error)
 	ReleaseLeases(ctx context.Context, owner string, shards []int) error
@@ -57,6 +57,14 @@ type Config struct {
 	// Held, when set, returns the claim tokens of the clocks the ring loop
 	// holds: recovery of firing clocks leaves them alone.
 	Held func() []int64
+	// CanRing, when set, says whether this instance can publish now (nil:
+	// it can). Its heartbeat says so to the others, which share the shards
+	// among the instances that can. One that has not been able to for
+	// LeaseTTL (longer than a broker node's restart or a move to the next
+	// node of a cluster), or cannot at its start, gives its shards up to
+	// the instances that can; with none that can, it keeps what it holds.
+	// Unset: it always can.
+	CanRing func() error
 	// Report, when set, is called after each heartbeat: it writes what
 	// other instances show of this one (the console's heap sizes). Its
 	// failure is logged, never fails the lease round.
@@ -80,6 +88,11 @@ type Manager struct {
 	lastOK  time.Time // last successful lease round
 	lastErr error
 	joined  bool // leases left under this instance id by a previous process were released
+
+	// the broker as this instance sees it (lease keeper goroutine only)
+	judged    bool      // judged once
+	gaveUp    bool      // it gave its shards up for want of a broker
+	downSince time.Time // since when CanRing fails; zero while it works
 
 	wg      sync.WaitGroup
 	started time.Time
