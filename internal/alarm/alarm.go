@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net/url"
 	"time"
 
 	"github.com/clockd/clockd/internal/schedule"
@@ -180,6 +181,28 @@ func (n NewClock) Same(c Clock) bool {
 	}
 	return sameTime && n.Payload == c.Payload && n.ContentType == c.ContentType &&
 		n.LatestRingAt.Equal(c.LatestRingAt) && n.MaxAttempts == c.MaxAttempts
+}
+
+// AnswerExisting answers a create for a key whose clock ex is live (or was
+// just created by the same batch): ex when the create is identical (200),
+// else a conflict (409) saying what to do instead.
+func AnswerExisting(n NewClock, ex Clock) CreateResult {
+	if n.Same(ex) {
+		return CreateResult{Clock: ex}
+	}
+	path := "/v1/clocks/" + url.PathEscape(ex.Application) + "/" + url.PathEscape(ex.BusinessID)
+	var msg string
+	switch ex.Status {
+	case StatusPending:
+		msg = fmt.Sprintf("clock %s/%s exists, pending, with different content: to change it, PATCH %s (clockctl reschedule); "+
+			"to replace it, cancel it (DELETE %s) and create it again", ex.Application, ex.BusinessID, path, path)
+	case StatusFiring:
+		msg = fmt.Sprintf("clock %s/%s exists with different content and is ringing now (firing): once it has rung, "+
+			"a create for the key sets a new clock; retry in a moment", ex.Application, ex.BusinessID)
+	default:
+		msg = fmt.Sprintf("clock %s/%s exists with different content (status %s)", ex.Application, ex.BusinessID, ex.Status)
+	}
+	return CreateResult{Clock: ex, Err: &ConflictError{Clock: ex, Message: msg}}
 }
 
 // CreateResult is the outcome of one create.

@@ -67,6 +67,26 @@ func decodeFields(data []byte, fields map[string]any) error {
 		if err := json.Unmarshal(v, dst); err != nil {
 			return badField(k, "has the wrong type: %s", jsonKind(v))
 		}
+		// json.Unmarshal turns text that is not UTF-8 into U+FFFD
+		// silently: refused instead, as in the fields of a clock.
+		if err := checkText(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkText refuses a string, or a string in an array, that is not valid
+// UTF-8 text (see jsonString). v is one value of valid JSON.
+func checkText(field string, v json.RawMessage) error {
+	var items []json.RawMessage
+	if json.Unmarshal(v, &items) != nil {
+		items = []json.RawMessage{v}
+	}
+	for _, item := range items {
+		if _, ok, valid := jsonString(item); ok && !valid {
+			return notUTF8(field)
+		}
 	}
 	return nil
 }
@@ -101,16 +121,14 @@ func (a *api) createToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) listTokens(w http.ResponseWriter, r *http.Request) {
-	qs := r.URL.Query()
-	for name := range qs {
-		if name != "application" {
-			a.fail(w, r, badField(name, "is not a known query parameter (application)"))
-			return
-		}
+	qs, err := queryParams(r, "application")
+	if err != nil {
+		a.fail(w, r, err)
+		return
 	}
 	ctx, cancel := a.bounded(r)
 	defer cancel()
-	ts, err := a.auth.ListTokens(ctx, qs.Get("application"))
+	ts, err := a.auth.ListTokens(ctx, qs["application"])
 	if err != nil {
 		a.fail(w, r, err)
 		return

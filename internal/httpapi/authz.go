@@ -2,7 +2,10 @@ package httpapi
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/auth"
@@ -97,6 +100,50 @@ func (a *api) admitOne(r *http.Request, in alarm.CreateInput) error {
 	return errs[0]
 }
 
+// overQuota answers a create that its application's quota refused when
+// the key has a live clock: such a create sets no clock, so the idempotency
+// rule answers it, whatever the quota says (alarm.AnswerExisting: 200 with
+// the clock for an identical retry, 409 for other content). settled is false when the refusal stands: no clock, or a
+// finished one (a create would set a new clock, which is what the quota
+// bounds), or the clock could not be read. The clock is looked up only
+// here, after a refusal, so that a create admitted by the quota (or of an
+// application without one) stays one INSERT.
+func (a *api) overQuota(r *http.Request, in alarm.CreateInput, refusal error) (res alarm.CreateResult, settled bool) {
+	if !errors.Is(refusal, auth.ErrResourceExhausted) {
+		return res, false // the quota could not be read
+	}
+	n, err := in.Validate(time.Now(), alarm.Limits{})
+	if err != nil {
+		return res, false
+	}
+	c, err := a.svc.Get(r.Context(), alarm.Key{Application: in.Application, BusinessID: in.BusinessID})
+	if err != nil || c.Status.Finished() {
+		return res, false
+	}
+	return alarm.AnswerExisting(n, c), true
+}
+
+// payloadQuota refuses a payload of a reschedule over its application's
+// max_payload_bytes, as a create's is refused. It reads the quota rather
+// than ask Admit, which would count the reschedule as a create; only a
+// reschedule that carries a payload pays for the read.
+func (a *api) payloadQuota(r *http.Request, app string, size int) error {
+	if a.quotas == nil || alarm.CheckApplication(app) != nil {
+		return nil // a bad application is refused by validation, which names it
+	}
+	ctx, cancel := a.bounded(r)
+	defer cancel()
+	q, err := a.quotas.Get(ctx, app)
+	if err != nil {
+		return err
+	}
+	if q.MaxPayloadBytes > 0 && size > q.MaxPayloadBytes {
+		return &auth.QuotaError{Application: app, Quota: "max_payload_bytes", RetryAfter: time.Minute,
+			Message: fmt.Sprintf("payload: %d bytes is more than application %s's quota max_payload_bytes of %d", size, app, q.MaxPayloadBytes)}
+	}
+	return nil
+}
+
 // admit checks the creates of a batch against their applications' quotas,
 // in request order: a create over a quota gets its 429 in results and is
 // left out of the returned inputs (and positions).
@@ -126,10 +173,16 @@ func (a *api) admit(r *http.Request, ins []alarm.CreateInput, pos []int, results
 			return nil, nil, err
 		}
 		for k, e := range errs {
-			if e != nil {
-				results[pos[js[k]]] = a.itemError(r, e)
-				refused[js[k]] = true
+			if e == nil {
+				continue
 			}
+			j := js[k]
+			if res, settled := a.overQuota(r, ins[j], e); settled {
+				results[pos[j]] = a.batchResult(r, res)
+			} else {
+				results[pos[j]] = a.itemError(r, e)
+			}
+			refused[j] = true
 		}
 	}
 	outIns, outPos := ins[:0:0], pos[:0:0]

@@ -250,3 +250,62 @@ func TestBadInput(t *testing.T) {
 	// Sanity: the valid body the cases are built from is accepted.
 	e.mustClock(201, "POST", create, ok)
 }
+
+// TestBadInputMessages checks the wording of refusals whose first wording
+// misled: a truncated body is not an empty one, a delay of 6e4 is a whole
+// number written the wrong way, and a batch item that is not an object is
+// named.
+func TestBadInputMessages(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	e.mustClock(201, "POST", "/v1/clocks", createBody("order", "exists"))
+	const create, patch = "/v1/clocks", "/v1/clocks/order/exists"
+	delay := func(n string) string { return `{"application":"order","business_id":"new","delay":` + n + `}` }
+	for _, tt := range []struct {
+		method, path, body string
+		want               string // the message, exactly
+	}{
+		{"POST", create, ``, "body: is empty; a JSON object is required"},
+		{"POST", create, " \n", "body: is empty; a JSON object is required"},
+		{"POST", create, `{`, "body: is truncated: unexpected end of JSON input"},
+		{"POST", create, `{"application":"a1"`, "body: is truncated: unexpected end of JSON input"},
+		{"POST", create, `{"application":"a1",`, "body: is truncated: unexpected end of JSON input"},
+		{"POST", create, `{"application":`, "body: is truncated: unexpected end of JSON input"},
+		{"POST", create, `{"application":"a`, "body: is truncated: unexpected end of JSON input"},
+		{"PATCH", patch, `{"payload":"x"`, "body: is truncated: unexpected end of JSON input"},
+		{"POST", "/v1/clocks/batch", `{"clocks":[{}`, "body: is truncated: unexpected end of JSON input"},
+		{"POST", create, delay("1e30"), "delay: 1e30 milliseconds is out of range"},
+		{"POST", create, delay("99999999999999999999"), "delay: 99999999999999999999 milliseconds is out of range"},
+		{"POST", create, delay("-99999999999999999999"), "delay: -99999999999999999999 milliseconds is out of range"},
+		{"POST", create, delay("60000.0"), "delay: 60000.0 must be written as a whole number of milliseconds, without a fraction or exponent"},
+		{"POST", create, delay("6e4"), "delay: 6e4 must be written as a whole number of milliseconds, without a fraction or exponent"},
+		{"POST", create, delay("1.5"), "delay: 1.5 is not a whole number of milliseconds"},
+		{"PATCH", patch, `{"delay":6E+4}`, "delay: 6E+4 must be written as a whole number of milliseconds, without a fraction or exponent"},
+	} {
+		before := e.tableState()
+		if msg := e.mustError(400, tt.method, tt.path, tt.body); msg != tt.want {
+			t.Errorf("%s %s %q: message %q, want %q", tt.method, tt.path, tt.body, msg, tt.want)
+		}
+		if after := e.tableState(); after != before {
+			t.Errorf("%s %q wrote: %s -> %s", tt.method, tt.body, before, after)
+		}
+	}
+
+	// A batch item that is not an object is named by its place, as its
+	// result is; the other items are answered as usual.
+	code, data := e.do("POST", "/v1/clocks/batch", `{"clocks":[`+js(createBody("order", "b-0"))+`, 7, null, "x", [], {"colour":1}]}`)
+	var ans batchAnswer
+	if err := json.Unmarshal(data, &ans); code != 200 || err != nil || len(ans.Results) != 6 {
+		t.Fatalf("batch: %d %s", code, data)
+	}
+	want := []string{"", "clocks[1]: must be a JSON object", "clocks[2]: must be a JSON object",
+		"clocks[3]: must be a JSON object", "clocks[4]: must be a JSON object", "colour: is not a known field"}
+	for i, r := range ans.Results {
+		switch {
+		case i == 0 && r.Status != 201:
+			t.Errorf("item 0: status %d", r.Status)
+		case i > 0 && (r.Status != 400 || r.Error == nil || r.Error.Code != "invalid_argument" || r.Error.Message != want[i]):
+			t.Errorf("item %d: %d %+v, want 400 %q", i, r.Status, r.Error, want[i])
+		}
+	}
+}

@@ -169,10 +169,18 @@ func decodeObjectSlow(data []byte, field func(string) *json.RawMessage) error {
 	if tok != json.Delim('{') {
 		return badField("body", "must be a JSON object")
 	}
+	// Past the '{', the end of the input is a truncated object, not an
+	// empty body: the decoder says io.EOF for both ('{', '{"a":1').
+	inObject := func(err error) error {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return jsonError(err)
+	}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return jsonError(err)
+			return inObject(err)
 		}
 		k, _ := tok.(string)
 		dst := field(k)
@@ -183,11 +191,11 @@ func decodeObjectSlow(data []byte, field func(string) *json.RawMessage) error {
 			return badField(k, "is given more than once")
 		}
 		if err := dec.Decode(dst); err != nil {
-			return jsonError(err)
+			return inObject(err)
 		}
 	}
 	if _, err := dec.Token(); err != nil {
-		return jsonError(err)
+		return inObject(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badField("body", "has data after the JSON object")
@@ -347,7 +355,7 @@ func jsonError(err error) error {
 	case errors.Is(err, io.EOF):
 		return badField("body", "is empty; a JSON object is required")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return badField("body", "is truncated JSON")
+		return badField("body", "is truncated: unexpected end of JSON input")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
 		return unknownField(strings.Trim(name, `"`))
@@ -407,8 +415,20 @@ func parseDelay(raw json.RawMessage) (*time.Duration, error) {
 		return nil, badField("delay", "must be a duration string such as \"30m\" or integer milliseconds")
 	}
 	v, err := strconv.ParseInt(n.String(), 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return nil, badField("delay", "%s milliseconds is out of range", n.String())
+	}
 	if err != nil {
-		return nil, badField("delay", "%s is not a whole number of milliseconds", n.String())
+		// A fraction or an exponent: say which is wrong, the value or
+		// only how it is written (60000.0, 6e4).
+		f, _ := strconv.ParseFloat(n.String(), 64) // ±Inf when beyond float64
+		switch {
+		case math.Abs(f) > math.MaxInt64/float64(time.Millisecond):
+			return nil, badField("delay", "%s milliseconds is out of range", n.String())
+		case f != math.Trunc(f):
+			return nil, badField("delay", "%s is not a whole number of milliseconds", n.String())
+		}
+		return nil, badField("delay", "%s must be written as a whole number of milliseconds, without a fraction or exponent", n.String())
 	}
 	if v > math.MaxInt64/int64(time.Millisecond) || v < math.MinInt64/int64(time.Millisecond) {
 		return nil, badField("delay", "%d milliseconds is out of range", v)

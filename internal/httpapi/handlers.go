@@ -111,11 +111,16 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	var res alarm.CreateResult
 	if err := a.admitOne(r, in); err != nil {
-		a.fail(w, r, err)
-		return
+		var settled bool
+		if res, settled = a.overQuota(r, in, err); !settled {
+			a.fail(w, r, err)
+			return
+		}
+	} else {
+		res = a.svc.Create(r.Context(), []alarm.CreateInput{in})[0]
 	}
-	res := a.svc.Create(r.Context(), []alarm.CreateInput{in})[0]
 	if res.Err != nil {
 		a.fail(w, r, res.Err)
 		return
@@ -156,7 +161,9 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 	pos := make([]int, 0, len(b.Clocks))
 	for i, raw := range b.Clocks {
 		in, err := decodeCreateInput(raw)
-		if err == nil {
+		if err != nil {
+			err = inItem(i, err)
+		} else {
 			err = a.allow(r, in.Application, auth.ScopeWrite)
 		}
 		if err != nil {
@@ -173,22 +180,43 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(ins) > 0 {
 		for j, res := range a.svc.Create(r.Context(), ins) {
-			i := pos[j]
-			if res.Err != nil {
-				results[i] = a.itemError(r, res.Err)
-				continue
-			}
-			c := ClockJSON(res.Clock)
-			results[i] = BatchResult{Status: http.StatusOK, Clock: &c}
-			if res.Created {
-				results[i].Status = http.StatusCreated
-			}
+			results[pos[j]] = a.batchResult(r, res)
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"results": results})
 }
 
+// batchResult is the answer to one create of a batch.
+func (a *api) batchResult(r *http.Request, res alarm.CreateResult) BatchResult {
+	if res.Err != nil {
+		return a.itemError(r, res.Err)
+	}
+	c := ClockJSON(res.Clock)
+	if res.Created {
+		return BatchResult{Status: http.StatusCreated, Clock: &c}
+	}
+	return BatchResult{Status: http.StatusOK, Clock: &c}
+}
+
+// inItem names batch item i in an error about the item as a whole ("must
+// be a JSON object"): there, "body" would wrongly point at the request's
+// body. Errors about a field of the item name the field, as in a create;
+// the item is the result at the same position.
+func inItem(i int, err error) error {
+	var fe *alarm.FieldError
+	if errors.As(err, &fe) && fe.Field == "body" {
+		return &alarm.FieldError{Field: "clocks[" + itoa(i) + "]", Message: fe.Message, Kind: fe.Kind}
+	}
+	return err
+}
+
 func (a *api) get(w http.ResponseWriter, r *http.Request) {
+	// It takes no query parameter: one given is refused, as by the list,
+	// rather than ignored (the caller meant something by it).
+	if _, err := queryParams(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	if err := a.allow(r, key(r).Application, auth.ScopeRead); err != nil {
 		a.fail(w, r, err)
 		return
@@ -228,6 +256,12 @@ func (a *api) reschedule(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.fail(w, r, err)
 		return
+	}
+	if p.Payload != nil {
+		if err := a.payloadQuota(r, key(r).Application, len(*p.Payload)); err != nil {
+			a.fail(w, r, err)
+			return
+		}
 	}
 	c, err := a.svc.Reschedule(r.Context(), key(r), p)
 	if err != nil {

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/auth"
@@ -19,6 +22,47 @@ type clockSansPayload struct {
 	Payload *string `json:"payload,omitempty"` // always nil: hides Clock.Payload
 }
 
+// queryParams reads the query string of r, whose parameters must be among
+// known, each given once. r.URL.Query() would drop a parameter that does not
+// parse ("%zz", or a ";" taken for a separator) and a repeated one would
+// keep its first value only: a filter lost without a word, and a list of
+// more than was asked. Here each is refused, by name. An empty value is as
+// if the parameter were absent.
+func queryParams(r *http.Request, known ...string) (map[string]string, error) {
+	qs := map[string]string{}
+	for pair := range strings.SplitSeq(r.URL.RawQuery, "&") {
+		if pair == "" {
+			continue
+		}
+		rawName, rawValue, _ := strings.Cut(pair, "=")
+		name, err := url.QueryUnescape(rawName)
+		if err != nil {
+			return nil, badField("query", "parameter name %q is not URL-encoded correctly: %v", rawName, err)
+		}
+		if name == "" {
+			return nil, badField("query", "has a parameter without a name: %q", pair)
+		}
+		if strings.Contains(pair, ";") {
+			return nil, badField(name, "has a \";\" (in %q): query parameters are separated by \"&\"; a \";\" in a value is written %%3B", pair)
+		}
+		if !slices.Contains(known, name) {
+			if len(known) == 0 {
+				return nil, badField(name, "is not a known query parameter (this call takes none)")
+			}
+			return nil, badField(name, "is not a known query parameter (%s)", strings.Join(known, ", "))
+		}
+		value, err := url.QueryUnescape(rawValue)
+		if err != nil {
+			return nil, badField(name, "%q is not URL-encoded correctly: %v", rawValue, err)
+		}
+		if _, ok := qs[name]; ok {
+			return nil, badField(name, "is given more than once")
+		}
+		qs[name] = value
+	}
+	return qs, nil
+}
+
 // list answers a page of clocks. The answer is built from the rows one at a
 // time and bounded by maxList bytes: a page that would be larger ends early
 // and its "next" cursor continues after the last clock it holds. So a page
@@ -26,17 +70,13 @@ type clockSansPayload struct {
 // clock), however slowly the client reads it. payload=false leaves the
 // payloads out (and MySQL does not read them).
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
-	qs := r.URL.Query()
-	for name := range qs {
-		switch name {
-		case "application", "status", "limit", "after", "payload", "recurring":
-		default:
-			a.fail(w, r, badField(name, "is not a known query parameter (application, status, limit, after, payload, recurring)"))
-			return
-		}
+	qs, err := queryParams(r, "application", "status", "limit", "after", "payload", "recurring")
+	if err != nil {
+		a.fail(w, r, err)
+		return
 	}
-	q := alarm.ListQuery{Application: qs.Get("application"), Status: alarm.Status(qs.Get("status")), Limit: DefaultListLimit}
-	if s := qs.Get("limit"); s != "" {
+	q := alarm.ListQuery{Application: qs["application"], Status: alarm.Status(qs["status"]), Limit: DefaultListLimit}
+	if s := qs["limit"]; s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			a.fail(w, r, badField("limit", "%q is not a whole number", s))
@@ -44,7 +84,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		}
 		q.Limit = n
 	}
-	if s := qs.Get("after"); s != "" {
+	if s := qs["after"]; s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n <= 0 {
 			a.fail(w, r, badField("after", "%q is not a cursor from a previous page", s))
@@ -52,14 +92,14 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		}
 		q.BeforeID = n
 	}
-	rec, err := parseRecurring(qs.Get("recurring"))
+	rec, err := parseRecurring(qs["recurring"])
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	q.Recurring = rec
 	withPayload := true
-	if s := qs.Get("payload"); s != "" {
+	if s := qs["payload"]; s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
 			a.fail(w, r, badField("payload", "%q is not true or false", s))

@@ -123,3 +123,122 @@ func TestQuotaLiveClocksAndPayload(t *testing.T) {
 		t.Errorf("quota of a bad application name: %d %s", a.code, a.body)
 	}
 }
+
+// mustAnswer checks an answer's status; for an error, its SPEC shape too.
+func mustAnswer(t *testing.T, a authAnswer, want int, what string) {
+	t.Helper()
+	if a.code != want {
+		t.Fatalf("%s: %d %s, want %d", what, a.code, a.body, want)
+	}
+	if want >= 400 {
+		checkErrorJSON(t, a.code, a.body)
+	}
+}
+
+// TestQuotaIdenticalRetry: the idempotency rule comes before the quotas. At
+// a quota, an identical retry of a create answers 200 with its clock and a
+// create with other content for the key answers 409, alone or in a batch;
+// only a create that would set a clock gets 429. None of them writes.
+func TestQuotaIdenticalRetry(t *testing.T) {
+	t.Parallel()
+	e := newAuthAPI(t)
+	for _, tt := range []struct {
+		app               string
+		live, rate, bytes int
+		payload           string // of the clocks made before the quota
+	}{
+		{"qa-live", 3, 0, 0, "{}"},
+		{"qa-rate", 0, 1, 0, "{}"},
+		{"qa-payload", 0, 0, 5, "0123456789"}, // a quota lowered under them
+	} {
+		t.Run(tt.app, func(t *testing.T) {
+			e := e.with(t)
+			call := func(method, path string, b any) authAnswer { return e.call(bootstrapAdmin, method, path, b) }
+			clocks := map[string]httpapi.Clock{}
+			for _, id := range []string{"q1", "q2", "q3"} {
+				a := call("POST", "/v1/clocks", createBody(tt.app, id, "payload", tt.payload))
+				mustAnswer(t, a, 201, "create "+id)
+				clocks[id] = checkClockJSON(t, a.body)
+			}
+			e.setQuota(tt.app, tt.live, tt.rate, tt.bytes)
+			emptied := time.Now()
+			if tt.rate > 0 { // empty the bucket: it refills in a second
+				mustAnswer(t, call("POST", "/v1/clocks", createBody(tt.app, "fill", "payload", tt.payload)), 201, "create fill")
+			}
+			e.must429(bootstrapAdmin, "POST", "/v1/clocks", createBody(tt.app, "q4", "payload", tt.payload))
+
+			before := e.tableState()
+			a := call("POST", "/v1/clocks", createBody(tt.app, "q1", "payload", tt.payload))
+			mustAnswer(t, a, 200, "identical retry of q1")
+			if c := checkClockJSON(t, a.body); c.ID != clocks["q1"].ID || c.Payload != tt.payload {
+				t.Errorf("identical retry answered clock %d %q, want %d", c.ID, c.Payload, clocks["q1"].ID)
+			}
+			a = call("POST", "/v1/clocks", createBody(tt.app, "q1", "payload", tt.payload, "max_attempts", 7))
+			mustAnswer(t, a, 409, "create of q1 with other content")
+			if !strings.Contains(string(a.body), "different content") {
+				t.Errorf("409 does not say why: %s", a.body)
+			}
+			a = call("POST", "/v1/clocks/batch", map[string]any{"clocks": []any{
+				createBody(tt.app, "q2", "payload", tt.payload),
+				createBody(tt.app, "q3", "payload", tt.payload, "delay", "2h"),
+				createBody(tt.app, "q5", "payload", tt.payload)}})
+			var ans batchAnswer
+			if err := json.Unmarshal(a.body, &ans); a.code != 200 || err != nil || len(ans.Results) != 3 {
+				t.Fatalf("batch: %d %s", a.code, a.body)
+			}
+			// On a slow machine the rate bucket may have refilled meanwhile
+			// and let q5 be created: then only the retries are judged.
+			refilled := tt.rate > 0 && time.Since(emptied) > time.Second
+			for i, want := range []int{200, 409, 429} {
+				if i == 2 && refilled {
+					t.Logf("the bucket refilled (%v since it was emptied): q5 answered %d", time.Since(emptied), ans.Results[i].Status)
+					continue
+				}
+				if ans.Results[i].Status != want || (want >= 400) != (ans.Results[i].Error != nil) {
+					t.Errorf("batch item %d: status %d, want %d: %s", i, ans.Results[i].Status, want, a.body)
+				}
+			}
+			if ans.Results[0].Status == 200 {
+				if c := checkClockJSON(t, ans.Results[0].Clock); c.ID != clocks["q2"].ID {
+					t.Errorf("batch: identical retry of q2 answered clock %d, want %d", c.ID, clocks["q2"].ID)
+				}
+			}
+			if after := e.tableState(); after != before && !refilled {
+				t.Errorf("the retries wrote: %s -> %s", before, after)
+			}
+		})
+	}
+}
+
+// TestQuotaPayloadOfReschedule: a reschedule's payload is held to
+// max_payload_bytes as a create's is, with the same answer.
+func TestQuotaPayloadOfReschedule(t *testing.T) {
+	t.Parallel()
+	e := newAuthAPI(t)
+	tok := e.newToken(map[string]any{"application": "order", "scopes": []string{"read", "write"}})
+	e.setQuota("order", 0, 0, 10)
+	const big = "0123456789ABCDEFGHIJ"
+	create := e.must429(tok.Secret, "POST", "/v1/clocks", createBody("order", "p-1", "payload", big))
+	if a := e.call(tok.Secret, "POST", "/v1/clocks", createBody("order", "p-1", "payload", "{}")); a.code != 201 {
+		t.Fatalf("create: %d %s", a.code, a.body)
+	}
+	patch := e.must429(tok.Secret, "PATCH", "/v1/clocks/order/p-1", map[string]string{"payload": big})
+	var cd, pd httpapi.ErrorBody
+	if json.Unmarshal(create.body, &cd) != nil || json.Unmarshal(patch.body, &pd) != nil || cd != pd {
+		t.Errorf("the refusals differ:\ncreate %s\npatch  %s", create.body, patch.body)
+	}
+	if !strings.Contains(pd.Error.Message, "max_payload_bytes") {
+		t.Errorf("429 does not name the quota: %s", patch.body)
+	}
+	// within it, or no payload at all: as before
+	for _, b := range []map[string]string{{"payload": "0123456789"}, {"delay": "2h"}} {
+		if a := e.call(tok.Secret, "PATCH", "/v1/clocks/order/p-1", b); a.code != 200 {
+			t.Errorf("PATCH %v: %d %s", b, a.code, a.body)
+		}
+	}
+	e.setQuota("order", 0, 0, 0)
+	a := e.call(tok.Secret, "PATCH", "/v1/clocks/order/p-1", map[string]string{"payload": big})
+	if a.code != 200 || checkClockJSON(t, a.body).Payload != big {
+		t.Errorf("PATCH without a quota: %d %s", a.code, a.body)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -480,7 +479,7 @@ func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Tx, batch []item, token 
 		}
 		for _, j := range laters {
 			first := out[firstNew[batch[j].key()]].Clock
-			out[j] = answerExisting(*batch[j].clock(), first)
+			out[j] = alarm.AnswerExisting(*batch[j].clock(), first)
 		}
 	}
 	return out, nil
@@ -490,7 +489,7 @@ func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Tx, batch []item, token 
 // is to be re-armed (see insertChecked).
 func (s *Store) decide(n alarm.NewClock, ex alarm.Clock, now time.Time) (alarm.CreateResult, bool) {
 	if !ex.Status.Finished() {
-		return answerExisting(n, ex), false
+		return alarm.AnswerExisting(n, ex), false
 	}
 	if n.Same(ex) && now.Sub(ex.CreatedAt) < s.cfg.IdempotencyWindow {
 		return alarm.CreateResult{Clock: ex}, false
@@ -542,26 +541,4 @@ func (s *Store) resolveCreate(ctx context.Context, batch []item, token int64) ([
 		}
 	}
 	return out, true, nil
-}
-
-// answerExisting answers a create for a key whose clock ex is live (or was
-// just created by the same batch): 200 when identical, else 409 saying what
-// to do instead.
-func answerExisting(n alarm.NewClock, ex alarm.Clock) alarm.CreateResult {
-	if n.Same(ex) {
-		return alarm.CreateResult{Clock: ex}
-	}
-	path := "/v1/clocks/" + url.PathEscape(ex.Application) + "/" + url.PathEscape(ex.BusinessID)
-	var msg string
-	switch ex.Status {
-	case alarm.StatusPending:
-		msg = fmt.Sprintf("clock %s/%s exists, pending, with different content: to change it, PATCH %s (clockctl reschedule); "+
-			"to replace it, cancel it (DELETE %s) and create it again", ex.Application, ex.BusinessID, path, path)
-	case alarm.StatusFiring:
-		msg = fmt.Sprintf("clock %s/%s exists with different content and is ringing now (firing): once it has rung, "+
-			"a create for the key sets a new clock; retry in a moment", ex.Application, ex.BusinessID)
-	default:
-		msg = fmt.Sprintf("clock %s/%s exists with different content (status %s)", ex.Application, ex.BusinessID, ex.Status)
-	}
-	return alarm.CreateResult{Clock: ex, Err: &alarm.ConflictError{Clock: ex, Message: msg}}
 }

@@ -63,9 +63,9 @@ func (m *Manager) Ready() error {
 type brokerState int
 
 const (
-	ringing brokerState = iota // it can publish
-	blip                       // it cannot, for less than the lease TTL so far
-	noBroker                   // it cannot, for the lease TTL or since its start
+	ringing  brokerState = iota // it can publish
+	blip                        // it cannot, for less than the lease TTL so far
+	noBroker                    // it cannot, for the lease TTL or since its start
 )
 
 // share is how many shards this instance should hold: its fair share among
