@@ -55,11 +55,15 @@ type Clock struct {
 	MaxAttempts  int
 	Status       Status
 	Attempts     int
-	NextTryAt    time.Time
-	LastError    string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-	RungAt       time.Time
+	// ReplayedAttempts are the attempts made before the clock's last
+	// replay (Attempts restarts at 0); a ring's attempt number counts them.
+	// Set on clocks claimed for a ring only.
+	ReplayedAttempts int
+	NextTryAt        time.Time
+	LastError        string
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+	RungAt           time.Time
 	// Schedule is nil for a one-shot clock. Paused: a paused recurring
 	// clock rings no occurrence until resumed. Occurrences counts the
 	// occurrences that rang.

@@ -240,7 +240,9 @@ func advanceRows(ctx context.Context, tx *sqlx.Tx, advs []alarm.Advance, tokens 
 	}
 	where, wargs := fence(ids, tokens)
 	q := "UPDATE clock AS c FORCE INDEX (PRIMARY) JOIN " + values + " ON c.id = v.v_id SET c.status = v.v_st, c.target_ring_at = v.v_tra, " +
-		"c.next_try_time = v.v_ntt, c.attempts = COALESCE(v.v_att, c.attempts), c.occurrences = v.v_occ, " +
+		"c.next_try_time = v.v_ntt, c.attempts = COALESCE(v.v_att, c.attempts), " +
+		// a next occurrence is a first publish of its message_id: a replay's attempts no longer count
+		"c.replayed_attempts = IF(v.v_att IS NULL, c.replayed_attempts, 0), c.occurrences = v.v_occ, " +
 		"c.rung_at = COALESCE(v.v_rung, c.rung_at), c.last_error = v.v_err, c.update_time = v.v_upd, c.claim_token = NULL" + where
 	if _, err := tx.ExecContext(ctx, q, append(args, wargs...)...); err != nil {
 		return fmt.Errorf("move %d recurring clocks on: %w", len(advs), err)

@@ -111,6 +111,10 @@ func (s *Store) everyShard() (string, []any) {
 	return "shard IN (" + placeholders(s.cfg.Shards) + ")", args
 }
 
+// ringCols are the columns a ring needs: the clock's, and the attempts
+// made before its last replay, which the attempt number of a ring counts.
+const ringCols = clockCols + ", replayed_attempts"
+
 // Claim claims the given clocks (pending -> firing), but only in shards
 // that owner still holds with the given epochs (fencing), and returns the
 // clocks it claimed. Clocks cancelled, changed or claimed meanwhile are not
@@ -151,7 +155,7 @@ func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, i
 		return nil, fmt.Errorf("claim %d clocks: %w", len(ids), mapErr(err))
 	}
 	var rows []row
-	q := "SELECT " + clockCols + " FROM " + byID + " WHERE " + match + " AND " + claimedBy + "?)"
+	q := "SELECT " + ringCols + " FROM " + byID + " WHERE " + match + " AND " + claimedBy + "?)"
 	if err := s.db.SelectContext(ctx, &rows, q, append(margs, token)...); err != nil {
 		return nil, fmt.Errorf("read claimed clocks: %w", mapErr(err))
 	}

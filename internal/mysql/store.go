@@ -43,6 +43,9 @@ type row struct {
 	UpdateTime   int64          `db:"update_time"`
 	OpToken      sql.NullInt64  `db:"op_token"`
 	ClaimToken   sql.NullInt64  `db:"claim_token"`
+	// ReplayedAttempts is read by the ring path only (ringCols): elsewhere
+	// it stays 0.
+	ReplayedAttempts int `db:"replayed_attempts"`
 	scheduleRow
 }
 
@@ -82,6 +85,7 @@ func (r row) clock() alarm.Clock {
 		LastError: r.LastError.String, RungAt: fromNullMS(r.RungAt),
 		CreatedAt: fromMS(r.CreateTime), UpdatedAt: fromMS(r.UpdateTime),
 		Schedule: r.spec(), Paused: r.Paused != 0, Occurrences: r.Occurrences,
+		ReplayedAttempts: r.ReplayedAttempts,
 	}
 }
 
@@ -459,11 +463,15 @@ func (s *Store) Cancel(ctx context.Context, k alarm.Key, now time.Time) (alarm.C
 }
 
 // Replay puts an expired or dead clock back to pending, due now, with a
-// fresh attempt count and no latest_ring_at that is already past.
+// fresh attempt count and no latest_ring_at that is already past. The
+// attempts made so far move to replayed_attempts (assigned first: it reads
+// attempts before it is reset, whether or not the server assigns
+// simultaneously), so that its next ring does not say attempt 1 again.
 func (s *Store) Replay(ctx context.Context, k alarm.Key, now time.Time) (alarm.Clock, error) {
 	n := ms(now)
 	return s.transition(ctx, k, "replay",
-		`status = 'pending', next_try_time = ?, attempts = 0, claim_token = NULL, claim_epoch = NULL,
+		`replayed_attempts = replayed_attempts + attempts, status = 'pending', next_try_time = ?, attempts = 0,
+		 claim_token = NULL, claim_epoch = NULL,
 		 latest_ring_at = IF(latest_ring_at <= ?, NULL, latest_ring_at)`,
 		[]any{n, n}, now, alarm.StatusExpired, alarm.StatusDead)
 }

@@ -101,7 +101,8 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 		if deadline.IsZero() || until.Before(deadline) {
 			deadline = until
 		}
-		rings = append(rings, Ring{Clock: c.Clock, Attempt: max(c.Attempts, 1)})
+		// the attempts before a replay count: a replayed clock's ring is a repeat
+		rings = append(rings, Ring{Clock: c.Clock, Attempt: max(c.Attempts, 1) + c.ReplayedAttempts})
 	}
 	if len(unclaim) > 0 {
 		l.report(func(r *results) { r.unclaim = append(r.unclaim, unclaim...) })
