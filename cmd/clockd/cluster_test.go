@@ -1020,6 +1020,25 @@ func TestClusterInstanceWithoutBroker(t *testing.T) {
 	if limit := time.Second; r.max() >= limit {
 		t.Errorf("max lateness %v, want under %v: the instances able to publish own every shard", r.max(), limit)
 	}
+	// Clocks due within the preload window, which their owners have read
+	// already: c cannot hint them, so it stamps their shards and the
+	// owners rescan at their next lease round, not at the full rescan
+	// (30 s).
+	consSoon := testenv.Consume(t, e.AMQP, e.Exchange, "nobroker-soon")
+	soon := map[int64]clusterClock{}
+	for i := range 24 {
+		cc := clusterCreate(t, c, "nobroker-soon", fmt.Sprintf("soon-%02d", i), time.Now().Add(300*time.Millisecond))
+		soon[cc.ID] = cc
+	}
+	r = clusterWaitRung(consSoon, soon, 10*time.Second)
+	t.Logf("due 300 ms after their create through the instance without a broker: %s", r)
+	r.check(t, true)
+	if limit := 2*leaseRound + time.Second; r.max() >= limit {
+		t.Errorf("max lateness %v, want under %v (a lease round of the owner, and its rescan)", r.max(), limit)
+	}
+	if asked := clusterMetric(t, a, "clockd_shard_rescans_asked_total") + clusterMetric(t, b, "clockd_shard_rescans_asked_total"); asked == 0 {
+		t.Error("no owner rescanned a shard at another instance's request")
+	}
 
 	// a and b lose their broker (the proxy refuses, their connections
 	// close): with no instance able to ring, nobody gives anything up.
@@ -1049,5 +1068,5 @@ func TestClusterInstanceWithoutBroker(t *testing.T) {
 	if v, took, ok := waitCluster(t, c, 12*leaseRound, func(v clusterJSON) bool { return v.fair([]string{"a", "b", "c"}) }); !ok {
 		t.Errorf("shards not shared by a, b and c %v after a's and b's broker came back: %s", took, v)
 	}
-	clusterWaitAllRung(t, clusterDB(t, e), 2*n, 10*time.Second)
+	clusterWaitAllRung(t, clusterDB(t, e), 2*n+len(soon), 10*time.Second)
 }

@@ -270,6 +270,10 @@ type Lease struct {
 	Shard int
 	Epoch int64
 	Until time.Time // by the database clock
+	// RescanAt is when another instance last asked the owner to rescan
+	// the shard (a hint it could not send), ms by the database clock; 0:
+	// never. Only its changes matter.
+	RescanAt int64
 }
 
 // Outcome is what became of one failed ring attempt.

@@ -46,9 +46,10 @@ func (s *Store) Leave(ctx context.Context, instanceID string) error {
 }
 
 type leaseRow struct {
-	Shard int   `db:"shard"`
-	Epoch int64 `db:"epoch"`
-	Until int64 `db:"lease_until"`
+	Shard    int   `db:"shard"`
+	Epoch    int64 `db:"epoch"`
+	Until    int64 `db:"lease_until"`
+	RescanAt int64 `db:"rescan_at"`
 }
 
 // leaseUntil is the expiry a renewed or acquired lease gets: that of the
@@ -81,14 +82,33 @@ func (s *Store) RenewLeases(ctx context.Context, owner string, ttl time.Duration
 
 func (s *Store) leasesOf(ctx context.Context, owner string) ([]alarm.Lease, error) {
 	var rows []leaseRow
-	if err := s.db.SelectContext(ctx, &rows, "SELECT shard, epoch, lease_until FROM clock_shard WHERE owner = ? ORDER BY shard", owner); err != nil {
+	if err := s.db.SelectContext(ctx, &rows, "SELECT shard, epoch, lease_until, rescan_at FROM clock_shard WHERE owner = ? ORDER BY shard", owner); err != nil {
 		return nil, fmt.Errorf("read leases: %w", mapErr(err))
 	}
 	out := make([]alarm.Lease, len(rows))
 	for i, r := range rows {
-		out[i] = alarm.Lease{Shard: r.Shard, Epoch: r.Epoch, Until: fromMS(r.Until)}
+		out[i] = alarm.Lease{Shard: r.Shard, Epoch: r.Epoch, Until: fromMS(r.Until), RescanAt: r.RescanAt}
 	}
 	return out, nil
+}
+
+// AskRescan stamps the given shards' rows (rescan_at, by the database
+// clock) so that their owners rescan them at their next lease round: for
+// clocks due soon created or moved through an instance that could not hint
+// the owner (migration 00011). It writes no lease column and takes no
+// lease row lock for longer than the statement.
+func (s *Store) AskRescan(ctx context.Context, shards []int) error {
+	if len(shards) == 0 {
+		return nil
+	}
+	args := make([]any, len(shards))
+	for i, sh := range shards {
+		args[i] = sh
+	}
+	if err := s.execRetry(ctx, "UPDATE clock_shard SET rescan_at = "+dbNowMS+" WHERE shard IN ("+placeholders(len(shards))+")", args...); err != nil {
+		return fmt.Errorf("ask for a rescan of shards %v: %w", shards, mapErr(err))
+	}
+	return nil
 }
 
 // AcquireLeases takes up to n free or expired shards for the owner, each

@@ -250,6 +250,13 @@ func (m *Manager) round(ctx context.Context) error {
 			ld.setValid(validUntil)
 		}
 		m.mu.Unlock()
+		if ok && l.RescanAt != ld.rescanSeen {
+			// another instance took a create for this shard, due soon,
+			// and could not hint it (AskRescan)
+			ld.rescanSeen = l.RescanAt
+			ld.rescan()
+			m.asked.Inc()
+		}
 		if !ok {
 			n, err := m.store.RecoverFiring(ctx, l.Shard, l.Epoch, m.now().Add(-m.cfg.FiringTimeout), m.cfg.Held(), m.now())
 			if err != nil {

@@ -35,6 +35,8 @@ type loader struct {
 	movedBack  uint64 // bumped when the live cursor moves back (offer, reset)
 	backReset  uint64 // bumped when the backlog cursor moves back (reset)
 
+	rescanSeen int64 // the last clock_shard.rescan_at acted on (lease keeper only)
+
 	capped atomic.Bool // a class hit its quota on the last pass
 	wake   chan struct{}
 	cancel context.CancelFunc

@@ -99,6 +99,7 @@ type Manager struct {
 
 	owned   prometheus.Gauge
 	lostCnt prometheus.Counter
+	asked   prometheus.Counter
 }
 
 // New returns a manager; Run starts it.
@@ -121,8 +122,10 @@ func New(cfg Config, store Store, q *ring.Queue) *Manager {
 	m := &Manager{cfg: cfg, store: store, q: q, log: cfg.Logger, now: cfg.Now, loaders: map[int]*loader{}, started: cfg.Now()}
 	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "clockd_shards_owned", Help: "Shards this instance holds a lease on."})
 	m.lostCnt = prometheus.NewCounter(prometheus.CounterOpts{Name: "clockd_shard_leases_lost_total", Help: "Shard leases lost to another instance or to expiry."})
+	m.asked = prometheus.NewCounter(prometheus.CounterOpts{Name: "clockd_shard_rescans_asked_total",
+		Help: "Rescans of an owned shard that another instance asked for, having taken a create due soon that it could not hint."})
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(m.owned, m.lostCnt,
+		cfg.Registerer.MustRegister(m.owned, m.lostCnt, m.asked,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "clockd_heap_clocks", Help: "Clocks held in the in-memory queue."},
 				func() float64 { return float64(q.Len()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "clockd_preloaded_not_due_clocks", Help: "Clocks in memory whose time has not come yet."},
@@ -151,6 +154,7 @@ func (m *Manager) startLoader(l alarm.Lease, validUntil time.Time) {
 	ld := &loader{
 		m: m, shard: l.Shard, epoch: l.Epoch, boundary: m.now().Truncate(time.Millisecond),
 		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}),
+		rescanSeen: l.RescanAt, // a new loader reads the whole shard anyway
 	}
 	ld.validUntil = validUntil
 	ld.reset()

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,10 +21,13 @@ import (
 // Hints tell the owner of a shard, at once, about a clock created or moved
 // through another instance that is due within the preload window. They go
 // through a fanout exchange (<exchange>.hints) to one exclusive queue per
-// instance. Hints are best effort: a lost one costs only punctuality, since
-// the owner's loader finds the clock at its next scan. Every hint dropped
-// here is counted (clockd_hints_dropped_total) and logged, at most once a
-// minute per reason.
+// instance. The owner's loader has already read that part of the shard, so
+// without a hint it would find the clock only at its next full rescan.
+// When a hint cannot go (no connection, the queue of waiting hints full, a
+// failed send), OnUndelivered asks the owner by another way (clockd: a
+// stamp on the shard's row, read at the owner's next lease round). Every
+// hint dropped here is counted (clockd_hints_dropped_total) and logged, at
+// most once a minute per reason.
 type Hints struct {
 	urls           []string // the nodes, tried in turn
 	exchange, self string
@@ -36,6 +41,11 @@ type Hints struct {
 	mu      sync.Mutex
 	pending []alarm.Due
 	signal  chan struct{}
+
+	connected     atomic.Bool // a session is up: hints sent now arrive
+	onUndelivered func(ctx context.Context, shards []int) error
+	asks          map[int]struct{} // shards whose hints could not go, to ask about (under mu)
+	askSignal     chan struct{}
 }
 
 // HintConfig configures Hints.
@@ -46,6 +56,10 @@ type HintConfig struct {
 	Logger     *slog.Logger
 	OnHint     func(alarm.Due)       // called for each hint from another instance
 	Registerer prometheus.Registerer // nil: no metrics registered
+	// OnUndelivered, when set, is called (from one goroutine, with the
+	// shards of hints that could not go since its last call) so that the
+	// owners learn of those clocks another way.
+	OnUndelivered func(ctx context.Context, shards []int) error
 }
 
 const hintSize = 20 // id (8) + shard (4) + due ms (8)
@@ -72,12 +86,13 @@ func NewHints(cfg HintConfig) *Hints {
 	}
 	h := &Hints{urls: SplitURLs(cfg.URL), exchange: cfg.Exchange + ".hints", self: cfg.InstanceID,
 		log: cfg.Logger, onHint: cfg.OnHint, signal: make(chan struct{}, 1),
+		onUndelivered: cfg.OnUndelivered, asks: map[int]struct{}{}, askSignal: make(chan struct{}, 1),
 		retry:      backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		maxPending: maxPendingHints,
 		dropLog:    newLogLimiter(dropLogEvery, time.Now),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clockd_hints_dropped_total",
-			Help: "Hints (a clock due soon, for the owner of its shard) dropped, by reason: queue_full, not_sent, shutdown, malformed. A dropped hint costs punctuality only: the owner's loader finds the clock at its next scan.",
+			Help: "Hints (a clock due soon, for the owner of its shard) dropped, by reason: queue_full, not_sent, shutdown, malformed. A dropped hint costs punctuality only: its shard's owner is asked to rescan the shard (OnUndelivered), or finds the clock at its next full rescan.",
 		}, []string{"reason"}),
 	}
 	for _, r := range []string{dropQueueFull, dropNotSent, dropShutdown, dropMalformed} {
@@ -112,11 +127,13 @@ func (h *Hints) drop(reason string, n int, err error) {
 	if err != nil {
 		args = append(args, "err", err)
 	}
-	h.log.Warn("hints dropped: their clocks ring when the owner's loader next scans, a little later than they could",
+	h.log.Warn("hints dropped: their clocks ring when their owners rescan the shards, later than they could",
 		args...)
 }
 
-// Send queues hints for the other instances; it never blocks.
+// Send queues hints for the other instances; it never blocks. Without a
+// connection it also asks for their shards' rescans at once (the hints
+// still go when the connection is back, if it comes back soon).
 func (h *Hints) Send(ds []alarm.Due) {
 	if len(ds) == 0 {
 		return
@@ -127,15 +144,69 @@ func (h *Hints) Send(ds []alarm.Due) {
 	h.pending = append(h.pending, ds[:take]...)
 	h.mu.Unlock()
 	h.drop(dropQueueFull, len(ds)-take, nil)
+	if !h.connected.Load() {
+		h.ask(ds)
+	} else {
+		h.ask(ds[take:])
+	}
 	select {
 	case h.signal <- struct{}{}:
 	default:
 	}
 }
 
+// ask queues a request for the rescan of the shards of ds (see
+// OnUndelivered).
+func (h *Hints) ask(ds []alarm.Due) {
+	if h.onUndelivered == nil || len(ds) == 0 {
+		return
+	}
+	h.mu.Lock()
+	for _, d := range ds {
+		h.asks[d.Shard] = struct{}{}
+	}
+	h.mu.Unlock()
+	select {
+	case h.askSignal <- struct{}{}:
+	default:
+	}
+}
+
+// askLoop hands the shards of undelivered hints to OnUndelivered, as they
+// come, until ctx is done.
+func (h *Hints) askLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.askSignal:
+		}
+		h.mu.Lock()
+		shards := make([]int, 0, len(h.asks))
+		for sh := range h.asks {
+			shards = append(shards, sh)
+		}
+		clear(h.asks)
+		h.mu.Unlock()
+		slices.Sort(shards)
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := h.onUndelivered(actx, shards)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			if ok, _ := h.dropLog.allow("ask", 1); ok {
+				h.log.Warn("hints not sent, and the owners not asked to rescan: their clocks ring at the owners' next full rescan",
+					"shards", shards, "err", err)
+			}
+		}
+	}
+}
+
 // Run keeps a connection, publishes queued hints and consumes others'
 // until ctx is done.
 func (h *Hints) Run(ctx context.Context) error {
+	if h.onUndelivered != nil {
+		go h.askLoop(ctx)
+	}
 	defer func() {
 		h.mu.Lock()
 		n := len(h.pending)
@@ -197,6 +268,16 @@ func (h *Hints) session(ctx context.Context, url string) error {
 		return fmt.Errorf("consume hints: %w", err)
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	h.connected.Store(true)
+	defer func() {
+		// the hints still waiting go at the next connection, if any: ask
+		// for their rescans now
+		h.connected.Store(false)
+		h.mu.Lock()
+		waiting := slices.Clone(h.pending)
+		h.mu.Unlock()
+		h.ask(waiting)
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -230,6 +311,7 @@ func (h *Hints) session(ctx context.Context, url string) error {
 						reason = dropShutdown
 					}
 					h.drop(reason, len(ds), err)
+					h.ask(ds)
 					return fmt.Errorf("publish hints: %w", err)
 				}
 				ds = ds[n:]

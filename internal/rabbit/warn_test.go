@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -220,4 +221,49 @@ func TestHintDropsAreCountedAndLogged(t *testing.T) {
 	if d := hintDrops(t, reg); d["queue_full"] != 10 {
 		t.Errorf("queue_full %v after a second bus dropped 2, want 10", d["queue_full"])
 	}
+}
+
+// Hints that cannot go ask for their shards' rescans: all of them while
+// there is no connection, only the overflow when the queue is full and
+// the connection up. Each shard is asked for once per batch of asks.
+func TestUndeliveredHintsAskForRescans(t *testing.T) {
+	t.Parallel()
+	asked := make(chan []int, 10)
+	h := NewHints(HintConfig{URL: "amqp://guest:guest@127.0.0.1:1/", Exchange: "x", InstanceID: "me",
+		OnUndelivered: func(_ context.Context, shards []int) error { asked <- shards; return nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.Run(ctx) }() // never connects: the port is closed
+	at := time.Now()
+	h.Send([]alarm.Due{{ID: 1, Shard: 7, At: at}, {ID: 2, Shard: 3, At: at}, {ID: 3, Shard: 7, At: at}})
+	select {
+	case got := <-asked:
+		if !slices.Equal(got, []int{3, 7}) {
+			t.Errorf("asked for rescans of %v, want [3 7]", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no rescan asked for hints sent without a connection")
+	}
+
+	// Connected, with room: nothing asked. Full: the overflow is.
+	h.connected.Store(true)
+	h.maxPending = 4 // 3 wait already
+	h.Send([]alarm.Due{{ID: 4, Shard: 1, At: at}})
+	h.Send([]alarm.Due{{ID: 5, Shard: 2, At: at}, {ID: 6, Shard: 9, At: at}})
+	select {
+	case got := <-asked:
+		if !slices.Equal(got, []int{2, 9}) {
+			t.Errorf("asked for rescans of %v, want [2 9] (the hints that did not fit)", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no rescan asked for hints that did not fit the queue")
+	}
+	select {
+	case got := <-asked:
+		t.Errorf("asked again for %v", got)
+	case <-time.After(100 * time.Millisecond):
+	}
+	cancel()
+	<-done
 }
