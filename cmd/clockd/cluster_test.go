@@ -1010,6 +1010,23 @@ func TestClusterInstanceWithoutBroker(t *testing.T) {
 		t.Fatalf("with c unable to publish, want a and b to share every shard, c none and not ringing: %s", v)
 	}
 
+	// The console says so.
+	page := func(n *clusterNode) string {
+		resp, err := http.Get(n.URL + "/ui/cluster")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		if _, err := bufio.NewReader(resp.Body).WriteTo(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if p := page(a); strings.Count(p, "cannot publish to RabbitMQ") != 1 {
+		t.Errorf("the console's cluster page does not tell the one instance unable to publish:\n%s", p)
+	}
+
 	// Clocks created through c, due over the next seconds: a and b ring them.
 	const n, spread = 600, 3 * time.Second
 	from := time.Now().Add(clusterWindow + time.Second)
