@@ -60,11 +60,68 @@ func (a *api) do(ctx context.Context, method, path string, query url.Values, bod
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
 			return status, nil, fmt.Errorf("%s %s: no answer within %s (see -timeout)", method, path, a.timeout)
 		case errors.As(err, &ce) && ce.Status == http.StatusUnauthorized && !a.hasToken:
-			return status, nil, fmt.Errorf("%w (give a token with -token or CLOCKD_TOKEN)", err)
+			return status, nil, fmt.Errorf("%w (give a token with -token or CLOCKD_TOKEN)", answerError{ce})
+		case errors.As(err, &ce):
+			return status, nil, answerError{ce}
 		}
 		return status, nil, err
 	}
 	return status, data, nil
+}
+
+// answerError is an error answer of clockd as clockctl prints it: its
+// message said once. clockd's messages are chains of wrapped errors that
+// can repeat themselves ("unauthenticated: unauthenticated: no token",
+// "pause clock a/b: clock a/b: not found"). errors.As and errors.Is still
+// find the *client.Error.
+type answerError struct{ ce *client.Error }
+
+func (e answerError) Error() string {
+	if e.ce.Code == "" { // not clockd's error body (a proxy's page): as it came
+		return e.ce.Error()
+	}
+	c := *e.ce
+	c.Message = sayOnce(c.Code, c.Message)
+	return c.Error()
+}
+
+func (e answerError) Unwrap() error { return e.ce }
+
+// sayOnce drops what a message of code repeats: a leading "code: " (the
+// code is printed before it), and a part of the chain that the text before
+// it ends with ("pause clock a/b: clock a/b: not found" is "pause clock
+// a/b: not found"). Only repeated text goes, so nothing is lost.
+func sayOnce(code, msg string) string {
+	for _, lead := range []string{code + ": ", strings.ReplaceAll(code, "_", " ") + ": "} {
+		if len(msg) > len(lead) && strings.EqualFold(msg[:len(lead)], lead) {
+			msg = msg[len(lead):]
+			break
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		var seps []int // where each ": " is
+		for i := 0; ; {
+			k := strings.Index(msg[i:], ": ")
+			if k < 0 {
+				break
+			}
+			seps = append(seps, i+k)
+			i += k + 2
+		}
+	search:
+		for a, i := range seps {
+			for _, j := range seps[a+1:] {
+				before, part := msg[:i], msg[i+2:j]
+				if part != "" && (before == part || strings.HasSuffix(before, " "+part)) {
+					msg = before + msg[j:]
+					changed = true
+					break search
+				}
+			}
+		}
+	}
+	return msg
 }
 
 // clockPath returns the escaped path of one clock.

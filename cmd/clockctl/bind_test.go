@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +167,77 @@ func TestBindUnreachableBroker(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "connect to amqp://user:xxxxx@127.0.0.1:1/") ||
 		strings.Contains(r.stderr, "secret") {
 		t.Fatalf("unreachable: %v", r)
+	}
+	// Every node of a list is tried, and named without its password.
+	r = runBind(env("CLOCKD_AMQP_URL", "amqp://user:secret1@127.0.0.1:1/, amqp://user:secret2@127.0.0.1:2/"), "-app", "a")
+	if r.code != 1 || !strings.Contains(r.stderr, "connect to amqp://user:xxxxx@127.0.0.1:1/") ||
+		!strings.Contains(r.stderr, "connect to amqp://user:xxxxx@127.0.0.1:2/") || strings.Contains(r.stderr, "secret") {
+		t.Fatalf("two unreachable nodes: %v", r)
+	}
+}
+
+// bind takes the list CLOCKD_AMQP_URL takes (the nodes of a cluster,
+// separated by commas), from -amqp or the environment, and declares on the
+// first node that answers.
+func TestBindBrokerList(t *testing.T) {
+	amqpURL := testenv.AMQPURL(t)
+	exchange := testenv.Name("clockctl_ring_")
+	app := testenv.Name("app_")
+	ch := broker(t, amqpURL, []string{app}, []string{exchange})
+	down := "amqp://guest:downsecret@127.0.0.1:1/"
+	for _, tt := range []struct {
+		name   string
+		getenv func(string) string
+		args   []string
+	}{
+		{"-amqp, first node down", env(), []string{"-amqp", down + "," + amqpURL}},
+		{"CLOCKD_AMQP_URL, second node down", env("CLOCKD_AMQP_URL", amqpURL+","+down), nil},
+	} {
+		r := runBind(tt.getenv, append([]string{"-app", app, "-exchange", exchange}, tt.args...)...)
+		if r.code != 0 || !strings.Contains(r.stdout, `queue "`+app+`": bound to exchange "`+exchange+`"`) {
+			t.Fatalf("%s: %v", tt.name, r)
+		}
+		if strings.Contains(r.stdout+r.stderr, "downsecret") || strings.Contains(r.stdout+r.stderr, passwordOf(t, amqpURL)+"@") {
+			t.Fatalf("%s: password printed:\n%v", tt.name, r)
+		}
+	}
+	ring(t, ch, exchange, app, "via the list")
+	if d := receive(t, ch, app); string(d.Body) != "via the list" {
+		t.Fatalf("got %q", d.Body)
+	}
+}
+
+// passwordOf is the password of an AMQP URL, with the colon before it.
+func passwordOf(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	return ":" + pw
+}
+
+// A URL of the list that cannot be parsed is a usage error naming the
+// element; neither its password nor another's is shown (amqp's parse
+// errors quote the whole URL).
+func TestBrokerListWithABadURL(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		env  func(string) string
+		want string
+	}{
+		{[]string{"bind", "-app", "a", "-amqp", "amqp://u:secretA@127.0.0.1:1/,amqp://u:secretB@host:port/"}, env(), "-amqp element 2 of 2 (not a valid URL)"},
+		{[]string{"bind", "-app", "a", "-amqp", "amqp://u:secretC@host:port/"}, env(), "-amqp (not a valid URL)"},
+		{[]string{"bind", "-app", "a"}, env("CLOCKD_AMQP_URL", "http://u:secretD@n1:5672/,amqp://u:secretE@n2/"), "CLOCKD_AMQP_URL element 1 of 2 (http://u:xxxxx@n1:5672/)"},
+		{[]string{"bind", "-app", "a", "-amqp", " , "}, env(), "-amqp names no broker URL"},
+		{[]string{"watch", "-app", "a", "-amqp", "amqp://u:secretA@127.0.0.1:1/,amqp://u:secretB@host:port/"}, env(), "-amqp element 2 of 2 (not a valid URL)"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tt.args, tt.env, &stdout, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), tt.want) || strings.Contains(stderr.String(), "secret") {
+			t.Errorf("%v: exit %d, stderr %s; want exit %d saying %q, no password", tt.args, code, stderr.String(), exitUsage, tt.want)
+		}
 	}
 }

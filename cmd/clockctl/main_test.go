@@ -589,6 +589,48 @@ func TestErrorRendering(t *testing.T) {
 	}
 }
 
+// An error of clockd is printed once: its message without what it
+// repeats (the code, a part of its chain), and nothing else lost.
+func TestErrorSaidOnce(t *testing.T) {
+	tests := []struct {
+		code, msg, want string
+	}{
+		{"unauthenticated", "unauthenticated: the token is not valid (unknown or revoked)", "the token is not valid (unknown or revoked)"},
+		{"permission_denied", "permission denied: token 3 lacks the write scope", "token 3 lacks the write scope"},
+		{"not_found", "pause clock cart/nope: clock cart/nope: not found", "pause clock cart/nope: not found"},
+		{"not_found", "cancel clock a/x: y: clock a/x: y: not found", "cancel clock a/x: y: not found"},
+		{"not_found", "clock cart/nope: not found", "clock cart/nope: not found"},
+		{"not_found", "token 5: not found", "token 5: not found"},
+		{"invalid_argument", "delay: delay: must be positive", "delay: must be positive"},
+		{"conflict", "cannot cancel clock a/b: it is rung", "cannot cancel clock a/b: it is rung"},
+		{"conflict", "conflict", "conflict"},
+		{"unavailable", "a dependency of clockd did not answer in time; retry later (request id 7)", "a dependency of clockd did not answer in time; retry later (request id 7)"},
+		{"invalid_argument", "business_id: a/b: b: not allowed", "business_id: a/b: b: not allowed"},
+	}
+	for _, tt := range tests {
+		if got := sayOnce(tt.code, tt.msg); got != tt.want {
+			t.Errorf("sayOnce(%q, %q) = %q, want %q", tt.code, tt.msg, got, tt.want)
+		}
+	}
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			writeError(w, 401, "unauthenticated", "unauthenticated: this call needs an Authorization: Bearer <token> header")
+			return
+		}
+		writeError(w, 404, "not_found", "pause clock cart/nope: clock cart/nope: not found")
+	}))
+	t.Cleanup(srv.Close)
+	r := clockctl(t, srv, "get", "a", "b")
+	if want := "clockctl: 401 unauthenticated: this call needs an Authorization: Bearer <token> header (give a token with -token or CLOCKD_TOKEN)\n"; r.code != 1 || r.stderr != want {
+		t.Errorf("401:\n%v\nwant stderr %q", r, want)
+	}
+	r = clockctl(t, srv, "-token", "t", "pause", "cart", "nope")
+	if want := "clockctl: 404 not_found: pause clock cart/nope: not found\n"; r.code != 1 || r.stderr != want {
+		t.Errorf("404:\n%v\nwant stderr %q", r, want)
+	}
+}
+
 func TestTimeout(t *testing.T) {
 	release := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

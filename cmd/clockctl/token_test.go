@@ -88,6 +88,15 @@ func TestTokenCommands(t *testing.T) {
 		!strings.Contains(errOut, "CLOCKD_TOKEN") {
 		t.Errorf("get without a token: %d %s", code, errOut)
 	}
+	// The server's errors, said once.
+	if code, _, errOut := ctl("", "get", "order", "o-1"); code != exitError ||
+		errOut != "clockctl: 401 unauthenticated: this call needs an Authorization: Bearer <token> header (give a token with -token or CLOCKD_TOKEN)\n" {
+		t.Errorf("get without a token: %d %q", code, errOut)
+	}
+	if code, _, errOut := ctl(testAdmin, "pause", "cart", "nope"); code != exitError ||
+		errOut != "clockctl: 404 not_found: pause clock cart/nope: not found\n" {
+		t.Errorf("pause of a missing clock: %d %q", code, errOut)
+	}
 	if code, _, errOut := ctl(secret, "token", "list"); code != exitError || !strings.Contains(errOut, "403") {
 		t.Errorf("token list with an application token: %d %s", code, errOut)
 	}

@@ -25,7 +25,7 @@ func watchCommand() command {
 		name:    "watch",
 		summary: "tail the rings of an application as they are published",
 		help: `
-Usage: clockctl watch -app APP [-json] [-n N] [-amqp URL] [-exchange NAME]
+Usage: clockctl watch -app APP [-json] [-n N] [-amqp URL[,URL...]] [-exchange NAME]
 
 Prints one line per ring of APP: when it arrived, its business id, message id,
 attempt and lateness (arrival minus the time it was due). It reads from a
@@ -47,7 +47,7 @@ Examples:
 			fs.StringVar(&o.app, "app", "", "the `application` whose rings to show (required)")
 			fs.BoolVar(&o.json, "json", false, "print each ring as one JSON object per line")
 			fs.IntVar(&o.count, "n", 0, "stop after this many rings (0: run until interrupted)")
-			fs.StringVar(&o.url, "amqp", "", "RabbitMQ `URL` (default $CLOCKD_AMQP_URL, else "+defaultAMQPURL+")")
+			fs.StringVar(&o.url, "amqp", "", "RabbitMQ `URL`, or several separated by commas, tried in turn (default $CLOCKD_AMQP_URL, else "+defaultAMQPURL+")")
 			fs.StringVar(&o.exchange, "exchange", "", "ring exchange `name` (default $CLOCKD_EXCHANGE, else "+defaultExchange+")")
 			return func(ctx context.Context, pos []string) error {
 				if len(pos) > 0 {
@@ -63,11 +63,17 @@ Examples:
 					return usagef("-n must not be negative")
 				}
 				set := setFlags(fs)
+				source := "-amqp"
 				if !set["amqp"] {
+					source = "CLOCKD_AMQP_URL"
 					o.url = orDefault(c.getenv("CLOCKD_AMQP_URL"), defaultAMQPURL)
 				}
 				if !set["exchange"] {
 					o.exchange = orDefault(c.getenv("CLOCKD_EXCHANGE"), defaultExchange)
+				}
+				var err error
+				if o.url, err = brokerURLs(source, o.url); err != nil {
+					return err
 				}
 				return watch(ctx, o, c.stdout, c.stderr)
 			}

@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/clockd/clockd/internal/config"
@@ -33,9 +32,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "clockd:", err)
-		}
+		fmt.Fprintln(os.Stderr, "clockd:", err)
 		os.Exit(1)
 	}
 }
@@ -53,31 +50,75 @@ Usage:
                                          (also: token create -app APP -scopes read,write,
                                          token list, token revoke ID)
   clockd env                             list the environment variables and their keys
+  clockd help                            show this help (also -h)
 
 The configuration is config/clockd.yaml's keys with their defaults, the file named by
 -config or CLOCKD_CONFIG, then environment variables (see 'clockd env').
 `
 
+// errHelpShown says -h or --help printed a usage (run's or tokenCommand's):
+// run then stops with success.
+var errHelpShown = errors.New("help shown")
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("clockd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	// -h and --help print the usage on stdout and succeed, like 'clockd
+	// help'; after a bad flag it goes to stderr, and the error is printed
+	// once, by main (the flag package would print it too).
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	configPath := fs.String("config", getenv("CLOCKD_CONFIG"), "YAML configuration file")
-	if err := fs.Parse(args); err != nil {
+	parse := func(args []string) error {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			fmt.Fprint(stdout, usage)
+			return errHelpShown
+		case err != nil:
+			fmt.Fprint(stderr, usage)
+		}
 		return err
+	}
+	if err := parse(args); err != nil {
+		return noHelpError(err)
 	}
 	rest := fs.Args()
 	cmd := "serve"
 	if len(rest) > 0 {
 		cmd, rest = rest[0], rest[1:]
 		// flags may also follow the command
-		if err := fs.Parse(rest); err != nil {
-			return err
+		if err := parse(rest); err != nil {
+			return noHelpError(err)
 		}
 		rest = fs.Args()
 	}
-	if cmd == "env" {
+	// Arguments are checked before the configuration is loaded and the
+	// database is reached, the same way for every command.
+	maxArgs := 0
+	switch cmd {
+	case "serve", "env", "help":
+	case "migrate":
+		maxArgs = 1
+		if len(rest) > 0 && !slices.Contains([]string{"up", "status", "down"}, rest[0]) {
+			return fmt.Errorf("unknown migrate command %q (up, status, down)", rest[0])
+		}
+	case "token":
+		maxArgs = len(rest) // tokenCommand checks its own
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+	if len(rest) > maxArgs {
+		return fmt.Errorf("%s: unexpected argument %q (see clockd help)", cmd, rest[maxArgs])
+	}
+	switch cmd {
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	case "env":
 		names := config.EnvNames()
+		// Not a key of the file: the file itself (-config).
+		names["CLOCKD_CONFIG"] = "-config"
 		for _, name := range slices.Sorted(maps.Keys(names)) {
 			fmt.Fprintf(stdout, "%s\t%s\n", name, names[name])
 		}
@@ -92,11 +133,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// through this logger too (installed in main), not raw to stderr.
 	mysql.SetDriverLogger(log)
 	switch cmd {
-	case "serve":
-		if len(rest) > 0 {
-			return fmt.Errorf("serve takes no arguments, got %q", strings.Join(rest, " "))
-		}
-		return serve(ctx, cfg, log)
 	case "migrate":
 		sub := "up"
 		if len(rest) > 0 {
@@ -104,13 +140,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return migrate(ctx, cfg, log, sub, stdout)
 	case "token":
-		return tokenCommand(ctx, cfg, log, rest, stdout, stderr)
-	case "help":
-		fmt.Fprint(stdout, usage)
+		return noHelpError(tokenCommand(ctx, cfg, log, rest, stdout, stderr))
+	}
+	return serve(ctx, cfg, log)
+}
+
+// noHelpError turns the end of a -h into success.
+func noHelpError(err error) error {
+	if errors.Is(err, errHelpShown) {
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", cmd)
+	return err
 }
 
 func newLogger(c config.Log, w io.Writer) *slog.Logger {

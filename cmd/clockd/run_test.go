@@ -208,6 +208,13 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{"bad exchange", map[string]string{"CLOCKD_EXCHANGE": strings.Repeat("e", 300)}, nil, []string{"amqp.exchange"}},
 		{"bad instance id", map[string]string{"CLOCKD_INSTANCE_ID": strings.Repeat("i", 200)}, nil, []string{"cluster.instance_id"}},
 		{"bad shards", map[string]string{"CLOCKD_SHARDS": "-3"}, []string{"serve"}, []string{"clock.shards"}},
+		// Refused before MySQL is reached (this one is not there): the
+		// listen would fail only after the database was created and migrated.
+		{"port out of range", map[string]string{"CLOCKD_HTTP_ADDR": "127.0.0.1:99999", "CLOCKD_MYSQL_DSN": "root:@tcp(127.0.0.1:1)/clock"},
+			nil, []string{"http.addr", "99999"}},
+		{"bad pprof addr", map[string]string{"CLOCKD_PPROF_ADDR": "garbage", "CLOCKD_MYSQL_DSN": "root:@tcp(127.0.0.1:1)/clock"},
+			nil, []string{"http.pprof_addr", "garbage"}},
+		{"decimal shards", map[string]string{"CLOCKD_SHARDS": "7.5"}, nil, []string{"CLOCKD_SHARDS", "clock.shards", "7.5"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -275,5 +282,78 @@ func TestOtherCommands(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"-nosuchflag"}, runEnvOf(nil), io.Discard, io.Discard); err == nil {
 		t.Errorf("unknown flag accepted")
+	}
+}
+
+// Every command refuses arguments it does not take, before it reaches
+// MySQL (the DSN here points nowhere); -h and --help print the usage on
+// stdout and succeed, as 'clockd help' does; 'clockd env' lists
+// CLOCKD_CONFIG too.
+func TestArgumentsAndHelp(t *testing.T) {
+	t.Parallel()
+	env := runEnvOf(map[string]string{"CLOCKD_MYSQL_DSN": "root:@tcp(127.0.0.1:1)/clock"})
+	for _, args := range [][]string{
+		{"serve", "extra"}, {"extra"}, {"migrate", "status", "extra"}, {"migrate", "up", "extra"}, {"migrate", "down", "extra"},
+		{"migrate", "sideways"}, {"env", "extra"}, {"help", "extra"}, {"migrate", "status", "-config", "x.yaml"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, env, &stdout, &stderr)
+		if err == nil || strings.Contains(err.Error(), "127.0.0.1:1") || stdout.Len() != 0 {
+			t.Errorf("%v: %v, stdout %q; want refused before MySQL", args, err, stdout.String())
+		}
+	}
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"-help"}, {"help"}, {"-config", "x.yaml", "-h"}, {"serve", "-h"}, {"migrate", "--help"}} {
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), args, env, &stdout, &stderr); err != nil || !strings.HasPrefix(stdout.String(), "clockd — ") ||
+			stderr.Len() != 0 {
+			t.Errorf("%v: %v, stdout %q, stderr %q; want the usage on stdout and success", args, err, stdout.String(), stderr.String())
+		}
+	}
+	for _, args := range [][]string{{"token", "create", "-h"}, {"token", "list", "--help"}, {"token", "help"}} {
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), args, env, &stdout, &stderr); err != nil || !strings.Contains(stdout.String(), "clockd token create --admin") {
+			t.Errorf("%v: %v, stdout %q, stderr %q; want the token usage on stdout and success", args, err, stdout.String(), stderr.String())
+		}
+	}
+	// A bad flag: the usage on stderr, the error once (main prints it).
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"-nosuchflag"}, env, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "nosuchflag") || stdout.Len() != 0 ||
+		!strings.HasPrefix(stderr.String(), "clockd — ") || strings.Contains(stderr.String(), "nosuchflag") {
+		t.Errorf("-nosuchflag: %v, stdout %q, stderr %q", err, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	if err := run(context.Background(), []string{"env"}, env, &stdout, io.Discard); err != nil ||
+		!strings.Contains(stdout.String(), "CLOCKD_CONFIG\t-config\n") {
+		t.Errorf("env: %v\n%s", err, stdout.String())
+	}
+}
+
+// A migration's duration is logged as a string such as "13ms", as the
+// README says every logged duration is, not as integer nanoseconds.
+func TestMigrationLogDurations(t *testing.T) {
+	t.Parallel()
+	env := runEnvOf(map[string]string{"CLOCKD_MYSQL_DSN": testenv.MySQLDSN(t), "CLOCKD_SHARDS": "4", "CLOCKD_LOG_LEVEL": "info"})
+	var stderr bytes.Buffer
+	if err := run(context.Background(), []string{"migrate"}, env, io.Discard, &stderr); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, stderr.String())
+	}
+	applied := 0
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["msg"] != "migration applied" {
+			continue
+		}
+		applied++
+		s, ok := rec["duration"].(string)
+		if _, err := time.ParseDuration(s); !ok || err != nil {
+			t.Errorf("duration %#v in %s, want a string such as \"1.52s\"", rec["duration"], line)
+		}
+	}
+	if applied == 0 {
+		t.Fatalf("no \"migration applied\" line in\n%s", stderr.String())
 	}
 }

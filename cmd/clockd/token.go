@@ -22,6 +22,7 @@ const tokenUsage = `Usage:
   clockd token create -app APP -scopes read,write [-name TEXT]  a token of one application
   clockd token list [-app APP]
   clockd token revoke ID
+  clockd token help                                             this help (also -h)
 
 Works on MySQL directly (mysql.dsn), without the API: this is how the first
 admin token is made. create prints the secret alone on stdout, once; it is
@@ -36,15 +37,26 @@ func tokenCommand(ctx context.Context, cfg config.Config, log *slog.Logger, args
 		return errors.New("token: give create, list or revoke")
 	}
 	sub, args := args[0], args[1:]
+	if sub == "help" {
+		fmt.Fprint(stdout, tokenUsage)
+		return nil
+	}
 	fs := flag.NewFlagSet("clockd token "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, tokenUsage) }
+	// As in run: -h is the usage on stdout and success; a bad flag's error
+	// is printed once, by main.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	admin := fs.Bool("admin", false, "create a token of the admin kind")
 	app := fs.String("app", "", "the application of the token")
 	scopes := fs.String("scopes", "", "comma-separated scopes: read, write")
 	name := fs.String("name", "", "free text to tell the token apart")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, tokenUsage)
+			return errHelpShown
+		}
+		fmt.Fprint(stderr, tokenUsage)
+		return fmt.Errorf("token %s: %w", sub, err)
 	}
 	pos := fs.Args()
 	open := func() (*auth.Authenticator, func(), error) {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -266,6 +267,9 @@ func Load(path string, getenv func(string) string) (Config, error) {
 		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 			return Config{}, fmt.Errorf("config %s: %w", path, nameKeys(data, err))
 		}
+		if err := wholeNumbers(data); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", path, err)
+		}
 	}
 	for _, e := range c.env() {
 		v, ok := lookup(getenv, e.name)
@@ -356,6 +360,84 @@ func nameKeys(data []byte, err error) error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
+// wholeNumbers refuses a decimal number written for an integer key:
+// yaml.v3 decodes "shards: 7.99" into an int as 7, silently. The
+// environment needs no such check: strconv.Atoi refuses "7.99".
+func wholeNumbers(data []byte) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
+		return err
+	}
+	var msgs []string
+	var walk func(n *yaml.Node, t reflect.Type, prefix string)
+	walk = func(n *yaml.Node, t reflect.Type, prefix string) {
+		if n.Kind == yaml.AliasNode {
+			n = n.Alias
+		}
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Value == "<<" { // a merge: its keys are this mapping's
+				if v.Kind == yaml.SequenceNode {
+					for _, m := range v.Content {
+						walk(m, t, prefix)
+					}
+				} else {
+					walk(v, t, prefix)
+				}
+				continue
+			}
+			f, ok := fieldOf(t, k.Value)
+			if !ok {
+				continue
+			}
+			key := prefix + k.Value
+			switch {
+			case f.Kind() == reflect.Struct:
+				walk(v, f, key+".")
+			case isInteger(f):
+				line := v.Line // of the key's value, an alias or not
+				if v.Kind == yaml.AliasNode {
+					v = v.Alias
+				}
+				if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
+					msgs = append(msgs, fmt.Sprintf("line %d: %s: must be a whole number, got %s", line, key, v.Value))
+				}
+			}
+		}
+	}
+	walk(doc.Content[0], reflect.TypeFor[Config](), "")
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; ")) // as nameKeys joins yaml.v3's
+}
+
+// fieldOf is the type of the field of struct t whose yaml key is key.
+func fieldOf(t reflect.Type, key string) (reflect.Type, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name == key {
+			return f.Type, true
+		}
+	}
+	return nil, false
+}
+
+// isInteger reports whether t is an integer kind that holds a count (a
+// time.Duration is written as a string such as 10s, and yaml.v3 refuses
+// numbers for it).
+func isInteger(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return t != reflect.TypeFor[time.Duration]()
+	}
+	return false
+}
+
 func lookup(getenv func(string) string, name string) (string, bool) {
 	v := getenv(name)
 	return v, v != ""
@@ -395,8 +477,13 @@ func (c Config) Validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...)))
 	}
-	if c.HTTP.Addr == "" || !strings.Contains(c.HTTP.Addr, ":") {
-		bad("http.addr", "must be host:port, got %q", c.HTTP.Addr)
+	if msg := checkListenAddr(c.HTTP.Addr); msg != "" {
+		bad("http.addr", "%s", msg)
+	}
+	if c.HTTP.PprofAddr != "" {
+		if msg := checkListenAddr(c.HTTP.PprofAddr); msg != "" {
+			bad("http.pprof_addr", "%s", msg)
+		}
 	}
 	if c.HTTP.MaxBodyBytes < 1024 {
 		bad("http.max_body_bytes", "must be at least 1024, got %d", c.HTTP.MaxBodyBytes)
@@ -572,6 +659,22 @@ func (c Config) Validate() error {
 		bad("log.format", "must be json or text, got %q", c.Log.Format)
 	}
 	return errors.Join(errs...)
+}
+
+// checkListenAddr checks a listen address as net.Listen reads it, without
+// listening (which would hold the port, or fail only later, after the
+// database was created and migrated): host:port, the port a number from 0
+// to 65535. The host is not looked up. It says what is wrong, "" when all
+// is well.
+func checkListenAddr(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Sprintf("must be host:port such as 127.0.0.1:8080, got %q", addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Sprintf("the port must be a number from 0 to 65535, got %q in %q", port, addr)
+	}
+	return ""
 }
 
 // checkAMQPURLs checks amqp.url, one broker URL or several separated by

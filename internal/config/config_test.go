@@ -259,6 +259,104 @@ func TestBadValues(t *testing.T) {
 	}
 }
 
+// A decimal number for an integer key is refused, naming the key and the
+// value as written: yaml.v3 would cut 7.99 down to 7 without a word, and
+// 1.5 to 1 (then refused as "got 1").
+func TestDecimalForAnInteger(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		yaml  string
+		env   map[string]string
+		wants []string
+	}{
+		{"yaml shards", "clock:\n  shards: 7.99\n", nil, []string{"clock.shards", "whole number", "7.99", "line 2"}},
+		{"yaml body bytes over the minimum", "http: {max_body_bytes: 2048.9}\n", nil, []string{"http.max_body_bytes", "2048.9"}},
+		{"yaml body bytes under the minimum", "http: {max_body_bytes: 1.5}\n", nil, []string{"http.max_body_bytes", "1.5"}},
+		{"yaml busy percent", "janitor: {busy_percent: 0.5}\n", nil, []string{"janitor.busy_percent", "0.5"}},
+		{"yaml exponent", "preload:\n  heap_cap: 1e6\n", nil, []string{"preload.heap_cap", "1e6"}},
+		{"yaml through an alias", "clock:\n  shards: &n 16.5\nhistory:\n  partitions_ahead: *n\n", nil,
+			[]string{"line 2: clock.shards", "line 4: history.partitions_ahead", "16.5"}},
+		{"yaml in a merge", "janitor:\n  <<: {movers: 2.5}\n", nil, []string{"janitor.movers", "2.5"}},
+		{"env shards", "", map[string]string{"CLOCKD_SHARDS": "7.5"}, []string{"CLOCKD_SHARDS", "clock.shards", "7.5", "whole number"}},
+		{"env body bytes", "", map[string]string{"CLOCKD_HTTP_MAX_BODY_BYTES": "2048.9"}, []string{"CLOCKD_HTTP_MAX_BODY_BYTES", "http.max_body_bytes", "2048.9"}},
+		{"env busy percent", "", map[string]string{"CLOCKD_JANITOR_BUSY_PERCENT": "0.5"}, []string{"CLOCKD_JANITOR_BUSY_PERCENT", "janitor.busy_percent", "0.5"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.yaml != "" {
+				path = writeYAML(t, tt.yaml)
+			}
+			c, err := config.Load(path, envOf(tt.env))
+			if err == nil {
+				t.Fatalf("accepted: shards %d, max_body_bytes %d, busy_percent %d", c.Clock.Shards, c.HTTP.MaxBodyBytes, c.Janitor.BusyPercent)
+			}
+			for _, w := range tt.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+	// Whole numbers are as before, in every notation yaml.v3 reads as one.
+	c, err := config.Load(writeYAML(t, "clock:\n  shards: 0x10\njanitor:\n  busy_percent: 50\n"), noEnv)
+	if err != nil || c.Clock.Shards != 16 || c.Janitor.BusyPercent != 50 {
+		t.Errorf("whole numbers: shards %d, busy_percent %d, %v", c.Clock.Shards, c.Janitor.BusyPercent, err)
+	}
+}
+
+// Listen addresses are checked when the configuration is, not by the
+// listen that comes after the database was created and migrated.
+func TestListenAddresses(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, value string
+		wants       []string // in the error; none: accepted
+	}{
+		{"CLOCKD_HTTP_ADDR", "127.0.0.1:99999", []string{"http.addr", "0 to 65535", "99999"}},
+		{"CLOCKD_HTTP_ADDR", "127.0.0.1:65536", []string{"http.addr", "65536"}},
+		{"CLOCKD_HTTP_ADDR", "127.0.0.1:-1", []string{"http.addr", "-1"}},
+		{"CLOCKD_HTTP_ADDR", "127.0.0.1:http", []string{"http.addr", "http"}},
+		{"CLOCKD_HTTP_ADDR", "127.0.0.1:", []string{"http.addr"}},
+		{"CLOCKD_HTTP_ADDR", "::1:8080", []string{"http.addr", "host:port"}},
+		{"CLOCKD_HTTP_ADDR", "garbage", []string{"http.addr", "host:port", "garbage"}},
+		{"CLOCKD_PPROF_ADDR", "garbage", []string{"http.pprof_addr", "host:port", "garbage"}},
+		{"CLOCKD_PPROF_ADDR", "127.0.0.1:70000", []string{"http.pprof_addr", "70000"}},
+		{"CLOCKD_PPROF_ADDR", "127.0.0.1:6060:1", []string{"http.pprof_addr"}},
+		{"CLOCKD_HTTP_ADDR", "127.0.0.1:0", nil},
+		{"CLOCKD_HTTP_ADDR", "127.0.0.1:65535", nil},
+		{"CLOCKD_HTTP_ADDR", "[::1]:8080", nil},
+		{"CLOCKD_HTTP_ADDR", "localhost:8080", nil},
+		{"CLOCKD_PPROF_ADDR", "127.0.0.1:6060", nil},
+		{"CLOCKD_PPROF_ADDR", ":0", nil},
+	} {
+		_, err := config.Load("", envOf(map[string]string{tt.name: tt.value}))
+		if len(tt.wants) == 0 {
+			if err != nil {
+				t.Errorf("%s=%s: %v", tt.name, tt.value, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s=%s accepted", tt.name, tt.value)
+			continue
+		}
+		for _, w := range tt.wants {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s=%s: error %q does not name %q", tt.name, tt.value, err, w)
+			}
+		}
+	}
+	// The same from the file; an empty pprof_addr is off.
+	if _, err := config.Load(writeYAML(t, "http:\n  pprof_addr: localhost:99999\n"), noEnv); err == nil || !strings.Contains(err.Error(), "http.pprof_addr") {
+		t.Errorf("pprof_addr in the file: %v", err)
+	}
+	if _, err := config.Load(writeYAML(t, "http:\n  pprof_addr: \"\"\n"), noEnv); err != nil {
+		t.Errorf("empty pprof_addr: %v", err)
+	}
+}
+
 func TestInstanceID(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load("", noEnv)

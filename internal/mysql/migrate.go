@@ -79,7 +79,9 @@ func migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.Durat
 		return fmt.Errorf("migrate up: %w", err)
 	}
 	for _, r := range res {
-		log.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
+		// A string such as "1.52s", like every duration clockd logs: slog's
+		// JSON handler writes a time.Duration as integer nanoseconds.
+		log.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration.Round(time.Millisecond).String())
 	}
 	return nil
 }
