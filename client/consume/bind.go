@@ -123,6 +123,16 @@ func Redact(raw string) string {
 	return u.Redacted()
 }
 
+// withoutURL is err with the URL it quotes taken out: net/url's parse
+// errors (which amqp passes on) quote the whole URL, password included.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
 // dial connects to the first of urls that answers, within ctx.
 func dial(ctx context.Context, urls []string, name string) (*amqp.Connection, error) {
 	if len(urls) == 0 {
@@ -141,7 +151,7 @@ func dial(ctx context.Context, urls []string, name string) (*amqp.Connection, er
 		if err == nil {
 			return conn, nil
 		}
-		errs = append(errs, fmt.Errorf("connect to %s: %w", Redact(u), err))
+		errs = append(errs, fmt.Errorf("connect to %s: %w", Redact(u), withoutURL(err)))
 		if ctx.Err() != nil {
 			break
 		}

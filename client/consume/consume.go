@@ -150,7 +150,7 @@ func New(o Options) (*Consumer, error) {
 	}
 	for _, u := range urls {
 		if _, err := amqp.ParseURI(u); err != nil {
-			return nil, fmt.Errorf("consume: broker URL %s: %w", Redact(u), err)
+			return nil, fmt.Errorf("consume: broker URL %s: %w", Redact(u), withoutURL(err))
 		}
 	}
 	if o.Queue.Application == "" {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -493,5 +494,14 @@ func TestMemoryDedupForgetsOldest(t *testing.T) {
 		if got, _ := m.Seen(ctx, id); got != want {
 			t.Errorf("Seen(%s) = %v, want %v", id, got, want)
 		}
+	}
+}
+
+// A broker URL that does not parse is refused without echoing it: net/url
+// quotes it whole, password included.
+func TestNewHidesPasswords(t *testing.T) {
+	_, err := consume.New(consume.Options{URL: "amqp://u:secretpw@127.0.0.1:port/", Queue: consume.Queue{Application: "a"}})
+	if err == nil || strings.Contains(err.Error(), "secretpw") {
+		t.Fatalf("New: %v; want an error without the password", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -116,6 +117,25 @@ func Watch(ctx context.Context, cfg WatchConfig, ready func(queue string), fn fu
 	}
 }
 
+// redact hides the password of an AMQP URL.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// withoutURL is err with the URL it quotes taken out: net/url's parse
+// errors (which amqp passes on) quote the whole URL, password included.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
 func dial(urls string) (*amqp.Connection, error) {
 	var errs []error
 	for u := range strings.SplitSeq(urls, ",") {
@@ -127,7 +147,7 @@ func dial(urls string) (*amqp.Connection, error) {
 		if err == nil {
 			return conn, nil
 		}
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("%s: %w", redact(u), withoutURL(err)))
 	}
 	if len(errs) == 0 {
 		return nil, errors.New("no AMQP URL")

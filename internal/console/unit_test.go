@@ -2,6 +2,7 @@ package console
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +89,14 @@ func TestFmtApprox(t *testing.T) {
 		if got := fmtApprox(n); got != want {
 			t.Errorf("fmtApprox(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// A broker URL that does not parse is not echoed: net/url quotes it whole,
+// password included.
+func TestTailDialHidesPasswords(t *testing.T) {
+	_, err := dial("amqp://u:secretpw@127.0.0.1:port/, amqp://u:otherpw@127.0.0.1:1/")
+	if err == nil || strings.Contains(err.Error(), "secretpw") || strings.Contains(err.Error(), "otherpw") {
+		t.Fatalf("dial error %v: want an error without the passwords", err)
 	}
 }
