@@ -388,7 +388,9 @@ func TestCancel(t *testing.T) {
 		t.Errorf("status after cancel %q", st.Status)
 	}
 	e.mustError(409, "DELETE", "/v1/clocks/order/o-1", nil)
-	e.mustError(404, "DELETE", "/v1/clocks/order/nope", nil)
+	if msg := e.mustError(404, "DELETE", "/v1/clocks/order/nope", nil); msg != "cancel clock order/nope: not found" {
+		t.Errorf("404 message %q, want %q (the clock named once)", msg, "cancel clock order/nope: not found")
+	}
 	for _, st := range []alarm.Status{alarm.StatusFiring, alarm.StatusRung, alarm.StatusExpired, alarm.StatusDead} {
 		id := "s-" + string(st)
 		e.mustClock(201, "POST", "/v1/clocks", createBody("order", id))
@@ -522,7 +524,9 @@ func TestReplay(t *testing.T) {
 			t.Errorf("replay of a %s clock changed the table", st)
 		}
 	}
-	e.mustError(404, "POST", "/v1/clocks/order/nope/replay", nil)
+	if msg := e.mustError(404, "POST", "/v1/clocks/order/nope/replay", nil); msg != "replay clock order/nope: not found" {
+		t.Errorf("404 message %q, want %q (the clock named once)", msg, "replay clock order/nope: not found")
+	}
 }
 
 type listAnswer struct {

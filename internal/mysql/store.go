@@ -412,6 +412,9 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 			if connectionLost(err) && attempt < 3 && ctx.Err() == nil {
 				continue // before the COMMIT: rolled back, so run it again
 			}
+			if errors.Is(err, alarm.ErrNotFound) { // said once: not "cancel clock a/b: clock a/b: not found"
+				return alarm.Clock{}, fmt.Errorf("%s clock %s: %w", verb, k, alarm.ErrNotFound)
+			}
 			return alarm.Clock{}, fmt.Errorf("%s clock %s: %w", verb, k, mapErr(err))
 		}
 		var r row
