@@ -116,6 +116,11 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 		// the loop's clock, not the wall clock, reckons the lease
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(l.clk.Now()))
 		pubStart := l.clk.Now()
+		for _, r := range rings {
+			if r.Attempt == 1 {
+				l.m.publishLate.Observe(pubStart.Sub(r.Clock.RingAt).Seconds())
+			}
+		}
 		res := l.pub.Publish(pctx, rings)
 		cancel()
 		end := l.clk.Now()
