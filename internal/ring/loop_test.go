@@ -2,6 +2,7 @@ package ring
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -692,11 +693,13 @@ func TestClaimAheadFollowsSlowClaims(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		aheadMax time.Duration
-		claimAt  time.Duration // of the second clock, before its time
-		pubLate  time.Duration // its publish after its time
+		claimAt  [2]time.Duration // of the second clock, before its time: at least, at most
+		pubLate  time.Duration    // its publish after its time
 	}{
-		{"adapting", time.Second, 600 * time.Millisecond, 0},
-		{"claim_ahead_max = claim_ahead", claimAhead, claimAhead, 200 * time.Millisecond},
+		// 5 s later, the 300 ms claim is remembered as 212 ms: claimed
+		// about 424 ms ahead, in time
+		{"adapting", time.Second, [2]time.Duration{400 * time.Millisecond, 450 * time.Millisecond}, 0},
+		{"claim_ahead_max = claim_ahead", claimAhead, [2]time.Duration{claimAhead, claimAhead}, 200 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -715,8 +718,8 @@ func TestClaimAheadFollowsSlowClaims(t *testing.T) {
 				if !claims[0].at.Equal(first.Add(-claimAhead)) || !pubs[0].at.Equal(first.Add(200*time.Millisecond)) {
 					t.Fatalf("first clock claimed at %v, published at %v", claims[0].at.Sub(t0), pubs[0].at.Sub(t0))
 				}
-				if got := second.Sub(claims[1].at); got != tt.claimAt {
-					t.Errorf("second clock claimed %v before its time, want %v", got, tt.claimAt)
+				if got := second.Sub(claims[1].at); got < tt.claimAt[0] || got > tt.claimAt[1] {
+					t.Errorf("second clock claimed %v before its time, want %v to %v", got, tt.claimAt[0], tt.claimAt[1])
 				}
 				if got := pubs[1].at.Sub(second); got != tt.pubLate {
 					t.Errorf("second clock published %v after its time, want %v", got, tt.pubLate)
@@ -724,21 +727,35 @@ func TestClaimAheadFollowsSlowClaims(t *testing.T) {
 			})
 		})
 	}
-	// quick claims bring it back down to ClaimAhead
-	l := New(Config{ClaimAhead: claimAhead, ClaimAheadMax: time.Second}, NewQueue(), nil, nil, nil)
+	// a slow claim is forgotten with time, not with the count of quick
+	// claims after it: it halves every slowHalfLife
+	clk := newFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := New(Config{ClaimAhead: claimAhead, ClaimAheadMax: time.Second, Clock: clk}, NewQueue(), nil, nil, nil)
+	if got := l.ahead(); got != claimAhead {
+		t.Fatalf("ahead before any claim: %v, want %v", got, claimAhead)
+	}
 	l.claimTook(400 * time.Millisecond)
 	if got := l.ahead(); got != 800*time.Millisecond {
 		t.Fatalf("ahead after a 400 ms claim: %v, want 800ms", got)
+	}
+	for range 60 { // a second of quick claims
+		clk.Advance(time.Second / 60)
+		l.claimTook(time.Millisecond)
+	}
+	if got, want := l.ahead(), time.Duration(float64(800*time.Millisecond)*math.Exp2(-float64(time.Second)/float64(slowHalfLife))); got < want-time.Millisecond || got > want+time.Millisecond {
+		t.Fatalf("ahead a second after a 400 ms claim: %v, want %v", got, want)
 	}
 	l.claimTook(2 * time.Second)
 	if got := l.ahead(); got != time.Second {
 		t.Fatalf("ahead after a 2 s claim: %v, want the 1s cap", got)
 	}
-	for range 60 {
-		l.claimTook(time.Millisecond)
+	clk.Advance(slowHalfLife)
+	if got := l.ahead(); got != time.Second {
+		t.Fatalf("ahead a half-life after a 2 s claim: %v, want the 1s cap (twice 1 s)", got)
 	}
+	clk.Advance(10 * slowHalfLife) // no claim meanwhile: forgotten all the same
 	if got := l.ahead(); got != claimAhead {
-		t.Fatalf("ahead after quick claims: %v, want %v", got, claimAhead)
+		t.Fatalf("ahead long after the slow claims: %v, want %v", got, claimAhead)
 	}
 }
 
