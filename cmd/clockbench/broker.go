@@ -26,11 +26,18 @@ type BrokerResult struct {
 	DurationS float64 `json:"duration_s"`
 	BrokerRun
 	Runs []BrokerRun `json:"runs"`
+	// Paced is the broker alone at the ring scenario's rate (-ring-pct of
+	// the ceiling), publishes spread evenly on one channel: its
+	// publish->consume latency is the broker's own share of a ring's
+	// lateness at that rate, on the machine as it is in this run.
+	Paced *BrokerRun `json:"paced,omitempty"`
 }
 
 // BrokerRun is one configuration of the broker ceiling.
 type BrokerRun struct {
 	Publishers int           `json:"publishers"`
+	PacedPct   float64       `json:"paced_pct_of_ceiling,omitempty"`
+	TargetRate float64       `json:"target_rate_per_s,omitempty"`
 	ElapsedS   float64       `json:"elapsed_s"`
 	MeasuredS  float64       `json:"measured_s"`
 	Published  int           `json:"published"`
@@ -105,7 +112,7 @@ func runBroker(ctx context.Context, cfg *config, name string, logf func(string, 
 	res.BodyBytes = len(body)
 
 	for _, pubs := range cfg.brokerPublishers {
-		run, err := brokerRun(ctx, cfg, conn, cconn, res.Exchange, res.Queue, key, body, pubs)
+		run, err := brokerRun(ctx, cfg, conn, cconn, res.Exchange, res.Queue, key, body, pubs, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -117,13 +124,25 @@ func runBroker(ctx context.Context, cfg *config, name string, logf func(string, 
 	if len(res.Runs) > 1 {
 		logf("broker: ceiling %.0f msgs/s with %d channel(s)", res.Rate, res.Publishers)
 	}
+	if cfg.brokerPaced && cfg.ringPct > 0 && res.Rate > 0 {
+		run, err := brokerRun(ctx, cfg, conn, cconn, res.Exchange, res.Queue, key, body, 1, res.Rate*cfg.ringPct/100)
+		if err != nil {
+			return nil, err
+		}
+		run.PacedPct = cfg.ringPct
+		logf("broker: paced at %g%% of the ceiling (%.0f msgs/s asked), 1 channel: %.0f confirmed msgs/s, publish->consume p50 %.2f p99 %.2f p99.9 %.2f ms",
+			run.PacedPct, run.TargetRate, run.Rate, run.HopLatency.P50, run.HopLatency.P99, run.HopLatency.P999)
+		res.Paced = run
+	}
 	return res, nil
 }
 
 // brokerRun publishes from pubs channels for warm-up + duration and
-// reports the rate confirmed inside the measured window.
-func brokerRun(ctx context.Context, cfg *config, conn, cconn *amqp.Connection, exchange, queue, key string, body []byte, pubs int) (*BrokerRun, error) {
-	res := &BrokerRun{Publishers: pubs}
+// reports the rate confirmed inside the measured window. With pace > 0
+// (messages per second, all channels together) the publishes are spread
+// evenly instead of as fast as the confirm window allows.
+func brokerRun(ctx context.Context, cfg *config, conn, cconn *amqp.Connection, exchange, queue, key string, body []byte, pubs int, pace float64) (*BrokerRun, error) {
+	res := &BrokerRun{Publishers: pubs, TargetRate: pace}
 	start := time.Now()
 	tl := newTimeline(start, 100*time.Millisecond)
 	var hops []time.Duration
@@ -155,7 +174,7 @@ func brokerRun(ctx context.Context, cfg *config, conn, cconn *amqp.Connection, e
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := publishLoop(ctx, conn, exchange, key, body, cfg.brokerWindow, deadline, p, tl, &published, &acked, &nacked, &returned); err != nil {
+			if err := publishLoop(ctx, conn, exchange, key, body, cfg.brokerWindow, deadline, pace/float64(pubs), p, tl, &published, &acked, &nacked, &returned); err != nil {
 				errc <- err
 			}
 		}()
@@ -215,9 +234,11 @@ func brokerRun(ctx context.Context, cfg *config, conn, cconn *amqp.Connection, e
 
 // publishLoop publishes on its own confirm-mode channel, keeping at most
 // window messages unconfirmed, until deadline; then it waits (up to 10 s)
-// for the outstanding confirms.
+// for the outstanding confirms. With pace > 0 it publishes pace messages a
+// second, spread evenly (those due together go out together, as a ring
+// loop's would).
 func publishLoop(ctx context.Context, conn *amqp.Connection, exchange, key string, body []byte, window int, deadline time.Time,
-	p int, tl *Timeline, published, acked, nacked, returned *atomic.Int64) error {
+	pace float64, p int, tl *Timeline, published, acked, nacked, returned *atomic.Int64) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -265,7 +286,17 @@ func publishLoop(ctx context.Context, conn *amqp.Connection, exchange, key strin
 		},
 	}
 	var perr error
+	paceStart := time.Now()
 	for i := 0; ctx.Err() == nil && time.Now().Before(deadline); i++ {
+		if pace > 0 {
+			if wait := time.Until(paceStart.Add(time.Duration(float64(i) / pace * float64(time.Second)))); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					continue
+				}
+			}
+		}
 		select {
 		case tokens <- struct{}{}:
 		case <-ctx.Done():

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"math"
 	"testing"
 
 	"github.com/clockd/clockd/internal/testenv"
@@ -50,6 +51,20 @@ func TestBrokerScenario(t *testing.T) {
 	}
 	if res.HopLatency.Count != res.Consumed || res.HopLatency.P50 <= 0 {
 		t.Errorf("hop latency %+v", res.HopLatency)
+	}
+	// the paced run: the broker alone at the ring scenario's rate
+	if p := res.Paced; p == nil {
+		t.Error("no paced run")
+	} else {
+		if p.PacedPct != 50 || p.Publishers != 1 || math.Abs(p.TargetRate-res.Rate/2) > 1e-6 {
+			t.Errorf("paced run %+v, want 1 channel at 50%% of %.0f/s", p, res.Rate)
+		}
+		if p.Rate < 0.5*p.TargetRate || p.Rate > 1.2*p.TargetRate {
+			t.Errorf("paced run confirmed %.0f/s, asked %.0f/s", p.Rate, p.TargetRate)
+		}
+		if p.Consumed != p.Acked || p.HopLatency.Count != p.Consumed || p.Nacked != 0 || p.Returned != 0 {
+			t.Errorf("paced run: consumed %d of %d confirmed, %d latencies, %d nacked, %d returned", p.Consumed, p.Acked, p.HopLatency.Count, p.Nacked, p.Returned)
+		}
 	}
 	if res.ElapsedS < 0.5 || res.ElapsedS > 10 {
 		t.Errorf("elapsed %.2fs for a 100ms + 400ms run", res.ElapsedS)

@@ -61,6 +61,7 @@ type config struct {
 
 	brokerPublishers []int
 	brokerWindow     int
+	brokerPaced      bool
 
 	mysqlDSN            string
 	ceilingDuration     time.Duration
@@ -137,6 +138,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 
 	fs.StringVar(&brokerPubs, "broker-publishers", "1,4", "broker: publishing channels, a comma-separated list: each count is measured and the ceiling is the best")
 	fs.IntVar(&c.brokerWindow, "broker-window", 1000, "broker: unconfirmed messages in flight per channel")
+	fs.BoolVar(&c.brokerPaced, "broker-paced", true, "broker: after the ceiling, publish at -ring-pct % of it on 1 channel, spread evenly, and report the publish->consume latency: the broker's own share of a ring's lateness at the ring scenario's rate")
 
 	fs.StringVar(&c.mysqlDSN, "mysql", mysqlDSN, "mysql: go-sql-driver DSN of the MySQL server whose ceilings are measured, in a scratch database clockbench_ceiling_<run id> created and dropped on it (the DSN's own database is not touched; env CLOCKD_MYSQL_DSN)")
 	fs.DurationVar(&c.ceilingDuration, "ceiling-duration", 5*time.Second, "mysql, broker: how long each ceiling is measured, after -ceiling-warmup")

@@ -349,6 +349,11 @@ func (r *Report) sections(withCharts bool) []section {
 			[2]string{"ceiling", fmt.Sprintf("%s with %d channel(s)", fmtRate(b.Rate), b.Publishers)},
 			[2]string{"nacked/returned/unconfirmed", fmt.Sprintf("%d / %d / %d", b.Nacked, b.Returned, b.Unconfirm)},
 			[2]string{"publish->consume", fmtSummary(b.HopLatency)})
+		if x := b.Paced; x != nil {
+			s.Rows = append(s.Rows, [2]string{fmt.Sprintf("paced at %g%% (1 channel)", x.PacedPct),
+				fmt.Sprintf("%s asked, %s confirmed; publish->consume %s", fmtRate(x.TargetRate), fmtRate(x.Rate), fmtSummary(x.HopLatency))})
+			s.Notes = append(s.Notes, x.Notes...)
+		}
 		for _, x := range b.Runs {
 			s.Notes = append(s.Notes, x.Notes...)
 		}
@@ -430,10 +435,16 @@ func (r *Report) sections(withCharts bool) []section {
 				fmtInt(g.Received), fmtInt(g.Created), fmtInt(g.Deliveries), g.FirstReceiptS, g.LastReceiptS)},
 			{"ring rate", rr},
 			{"lateness", fmtSummary(g.Lateness)},
+		}}
+		if b := r.Broker; x.g == r.Ring && b != nil && b.Paced != nil && b.Paced.PacedPct == g.PctOfCeiling {
+			s.Rows = append(s.Rows, [2]string{"the broker alone", fmt.Sprintf("at this rate (broker scenario, paced): publish->consume p50 %s p99 %s p99.9 %s",
+				fmtMs(b.Paced.HopLatency.P50), fmtMs(b.Paced.HopLatency.P99), fmtMs(b.Paced.HopLatency.P999))})
+		}
+		s.Rows = append(s.Rows, [][2]string{
 			{"early / lost / duplicates", fmt.Sprintf("%d / %d / %d   %s", g.Early, g.Lost, g.Duplicates, verdict)},
 			{"retried (attempt > 1)", fmtInt(g.Retried)},
 			{"marked rung", g.RungCheck},
-		}}
+		}...)
 		if len(g.Anomalies) > 0 {
 			s.Rows = append(s.Rows, [2]string{"message anomalies", fmtErrors(sumKinds(g.Anomalies), g.Anomalies)})
 		}

@@ -31,7 +31,8 @@ func sampleReport() *Report {
 		Machine: Machine{NProc: 2, MemTotalMiB: 24000, GoVersion: "go1.26"}, Flags: map[string]string{"n": "5000"},
 		Scenarios: []string{"mysql", "broker", "create", "batch", "ring", "hot"},
 		Broker: &BrokerResult{BrokerRun: BrokerRun{Publishers: 4, Rate: 20000, Acked: 200000, Timeline: tl.Export()},
-			Runs: []BrokerRun{{Publishers: 1, Rate: 12000}, {Publishers: 4, Rate: 20000}}},
+			Runs:  []BrokerRun{{Publishers: 1, Rate: 12000}, {Publishers: 4, Rate: 20000}},
+			Paced: &BrokerRun{Publishers: 1, PacedPct: 25, TargetRate: 5000, Rate: 4990, HopLatency: Summary{Count: 5, P50: 1.25, P99: 7.5, P999: 14}}},
 		MySQL: &MySQLCeilingResult{Version: "10.11", Database: "clockbench_ceiling_abcd", Dropped: true,
 			InsertOne:   &CeilingRun{What: "one-row autocommit INSERT", Clients: 64, RowsPerStmt: 1, Rate: 7000},
 			InsertBatch: &CeilingRun{What: "500-row INSERT", Clients: 4, RowsPerStmt: 500, Rate: 60000},
@@ -174,6 +175,7 @@ func TestReportJSON(t *testing.T) {
 
 func TestReportHTMLAndText(t *testing.T) {
 	r := sampleReport()
+	r.Ring.PctOfCeiling = 25 // the rate of the broker's paced run: the ring section shows it
 	r.evaluate()
 	var buf bytes.Buffer
 	if err := r.writeHTML(&buf); err != nil {
@@ -199,7 +201,9 @@ func TestReportHTMLAndText(t *testing.T) {
 	text := buf.String()
 	for _, want := range []string{"== ring ==", "p99.9", "early / lost / duplicates", "1 / 1 / 0   FAIL", "== FAILED ==", "15,000/s",
 		"== MySQL ceilings ==", "7,000 rows/s", "== broker ceiling ==", "20,000/s with 4 channel(s)", "2.14× the one-row autocommit INSERT ceiling",
-		"50% of the 500-row INSERT ceiling", "drain 17,500/s (88% of the broker ceiling 20,000/s)", "PASS", "FAIL"} {
+		"50% of the 500-row INSERT ceiling", "drain 17,500/s (88% of the broker ceiling 20,000/s)", "PASS", "FAIL",
+		"paced at 25% (1 channel)", "5,000/s asked, 4,990/s confirmed",
+		"the broker alone           at this rate (broker scenario, paced): publish->consume p50 1.25 ms p99 7.50 ms p99.9 14.0 ms"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}
