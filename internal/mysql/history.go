@@ -219,8 +219,9 @@ func (s *Store) alterHistory(ctx context.Context, q string) error {
 }
 
 // AddHistoryDays splits partitions for the given days (each after every
-// existing day, ascending) off pmax. pmax is normally empty, which makes
-// this a metadata change.
+// existing day, ascending) off pmax, in one statement. pmax is normally
+// empty, but each new partition is a file created and synced: the janitor
+// passes one day at a time, so that no statement holds the table long.
 func (s *Store) AddHistoryDays(ctx context.Context, days []time.Time) error {
 	if len(days) == 0 {
 		return nil
