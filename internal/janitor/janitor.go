@@ -425,14 +425,11 @@ func (j *Janitor) partitionsStep(ctx context.Context) error {
 	}
 	add, drop := PlanPartitions(days, j.cfg.Now(), j.cfg.HistoryKeep, j.cfg.NoHistory, j.cfg.PartitionsAhead)
 	dropped, err := j.eachDay(ctx, "dropped", drop, j.store.DropHistoryDays)
+	created := 0
 	if err == nil {
-		_, err = j.eachDay(ctx, "created", add, j.store.AddHistoryDays)
+		created, err = j.eachDay(ctx, "created", add, j.store.AddHistoryDays)
 	}
-	// (added days are counted again by the next step's HistoryDays)
-	j.days.Set(float64(len(days) - dropped))
-	if err == nil {
-		j.days.Add(float64(len(add)))
-	}
+	j.days.Set(float64(len(days) - dropped + created))
 	return err
 }
 

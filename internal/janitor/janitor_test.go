@@ -192,10 +192,10 @@ func TestRetention(t *testing.T) {
 	if n := w.count(t, "SELECT COUNT(*) FROM clock_history WHERE business_id LIKE 'rung-ancient-%'"); n != 0 {
 		t.Errorf("clocks finished before history.keep went to history: %d", n)
 	}
-	if got := counter(t, reg, "clockd_janitor_rows_total", "archived"); got != 41 {
+	if got := value(t, reg, "clockd_janitor_rows_total", "archived"); got != 41 {
 		t.Errorf("archived counter %v", got)
 	}
-	if got := counter(t, reg, "clockd_janitor_rows_total", "deleted"); got != 3 {
+	if got := value(t, reg, "clockd_janitor_rows_total", "deleted"); got != 3 {
 		t.Errorf("deleted counter %v", got)
 	}
 	// clockd_clocks is exported by the holder only: this janitor did not
@@ -213,7 +213,9 @@ func TestRetention(t *testing.T) {
 	}
 }
 
-func counter(t *testing.T, reg *prometheus.Registry, name, action string) float64 {
+// value is the value of the metric name, a counter or a gauge: of its
+// series labelled action=<action>, or with action "", of its one series.
+func value(t *testing.T, reg *prometheus.Registry, name, action string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -224,11 +226,17 @@ func counter(t *testing.T, reg *prometheus.Registry, name, action string) float6
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			match := action == ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "action" && l.GetValue() == action {
-					return m.GetCounter().GetValue()
-				}
+				match = match || l.GetName() == "action" && l.GetValue() == action
 			}
+			if !match {
+				continue
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return m.GetCounter().GetValue()
 		}
 	}
 	t.Fatalf("%s{action=%q} not found", name, action)
@@ -247,32 +255,6 @@ func series(t *testing.T, reg *prometheus.Registry, name string) int {
 			return len(mf.GetMetric())
 		}
 	}
-	return 0
-}
-
-// value is the value of the metric name (a gauge or a counter); with
-// label, of its series whose one label has that value.
-func value(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label != "" && (len(m.GetLabel()) != 1 || m.GetLabel()[0].GetValue() != label) {
-				continue
-			}
-			if m.GetGauge() != nil {
-				return m.GetGauge().GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s %s", name, label)
 	return 0
 }
 
