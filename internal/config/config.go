@@ -501,6 +501,10 @@ func (c Config) Validate() error {
 	}
 	if c.MySQL.Writers < 1 || c.MySQL.Writers > 64 {
 		bad("mysql.writers", "must be between 1 and 64, got %d", c.MySQL.Writers)
+	} else if c.MySQL.MaxOpenConns >= 4 && c.MySQL.Writers > c.MySQL.MaxOpenConns/2 {
+		// a busy writer keeps its connection: the rest of clockd (the
+		// preloader, the ring loop, reads) needs the other half
+		bad("mysql.writers", "must be at most half of mysql.max_open_conns (%d), got %d", c.MySQL.MaxOpenConns, c.MySQL.Writers)
 	}
 	if c.MySQL.BatchRows < 1 || c.MySQL.BatchRows > 5000 {
 		bad("mysql.batch_rows", "must be between 1 and 5000, got %d", c.MySQL.BatchRows)

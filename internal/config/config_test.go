@@ -226,6 +226,7 @@ func TestBadValues(t *testing.T) {
 		{"env janitor pause negative", "", map[string]string{"CLOCKD_JANITOR_PAUSE": "-1ms"}, []string{"janitor.pause"}},
 		{"env janitor movers zero", "", map[string]string{"CLOCKD_JANITOR_MOVERS": "0"}, []string{"janitor.movers"}},
 		{"env idempotency window negative", "", map[string]string{"CLOCKD_IDEMPOTENCY_WINDOW": "-1s"}, []string{"clock.idempotency_window"}},
+		{"env writers over half the pool", "", map[string]string{"CLOCKD_MYSQL_MAX_OPEN_CONNS": "8", "CLOCKD_MYSQL_WRITERS": "5"}, []string{"mysql.writers", "mysql.max_open_conns (8)", "got 5"}},
 		{"yaml partitions ahead zero", "history:\n  partitions_ahead: 0\n", nil, []string{"history.partitions_ahead"}},
 		{"yaml bad duration", "preload:\n  window: ten\n", nil, []string{"preload.window"}},
 		{"yaml duration without unit", "preload:\n  window: 10\n", nil, []string{"preload.window"}},
