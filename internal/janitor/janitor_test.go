@@ -192,10 +192,10 @@ func TestRetention(t *testing.T) {
 	if n := w.count(t, "SELECT COUNT(*) FROM clock_history WHERE business_id LIKE 'rung-ancient-%'"); n != 0 {
 		t.Errorf("clocks finished before history.keep went to history: %d", n)
 	}
-	if got := value(t, reg, "clockd_janitor_rows_total", "archived"); got != 41 {
+	if got := testenv.Metric(t, reg, "clockd_janitor_rows_total", "action", "archived"); got != 41 {
 		t.Errorf("archived counter %v", got)
 	}
-	if got := value(t, reg, "clockd_janitor_rows_total", "deleted"); got != 3 {
+	if got := testenv.Metric(t, reg, "clockd_janitor_rows_total", "action", "deleted"); got != 3 {
 		t.Errorf("deleted counter %v", got)
 	}
 	// clockd_clocks is exported by the holder only: this janitor did not
@@ -211,36 +211,6 @@ func TestRetention(t *testing.T) {
 	if n := w.count(t, "SELECT COUNT(*) FROM clock WHERE status NOT IN ('pending', 'firing')"); n != 0 {
 		t.Errorf("%d finished clocks left", n)
 	}
-}
-
-// value is the value of the metric name, a counter or a gauge: of its
-// series labelled action=<action>, or with action "", of its one series.
-func value(t *testing.T, reg *prometheus.Registry, name, action string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := action == ""
-			for _, l := range m.GetLabel() {
-				match = match || l.GetName() == "action" && l.GetValue() == action
-			}
-			if !match {
-				continue
-			}
-			if g := m.GetGauge(); g != nil {
-				return g.GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("%s{action=%q} not found", name, action)
-	return 0
 }
 
 // series counts the series of a metric the registry exports.
@@ -278,10 +248,10 @@ func TestHistoryPartitions(t *testing.T) {
 	if fmt.Sprint(ddl.sizes) != "[1 1 1 1 1]" {
 		t.Errorf("partition changes carried %v days each, want one day each", ddl.sizes)
 	}
-	if got := value(t, reg, "clockd_janitor_history_partitions", ""); got != 5 {
+	if got := testenv.Metric(t, reg, "clockd_janitor_history_partitions"); got != 5 {
 		t.Errorf("clockd_janitor_history_partitions %v, want 5", got)
 	}
-	if got := value(t, reg, "clockd_janitor_partitions_total", "created"); got != 5 {
+	if got := testenv.Metric(t, reg, "clockd_janitor_partitions_total", "action", "created"); got != 5 {
 		t.Errorf("clockd_janitor_partitions_total{action=created} %v, want 5", got)
 	}
 	// clocks finishing on the 9th and the 10th land in their days
@@ -305,10 +275,10 @@ func TestHistoryPartitions(t *testing.T) {
 	if got := w.days(t); got != "2030-01-10,2030-01-11,2030-01-12,2030-01-13,2030-01-14" {
 		t.Errorf("days two days later: %s", got)
 	}
-	if got := value(t, reg, "clockd_janitor_partitions_total", "dropped"); got != 2 {
+	if got := testenv.Metric(t, reg, "clockd_janitor_partitions_total", "action", "dropped"); got != 2 {
 		t.Errorf("clockd_janitor_partitions_total{action=dropped} %v, want 2", got)
 	}
-	if got := value(t, reg, "clockd_janitor_history_partitions", ""); got != 5 {
+	if got := testenv.Metric(t, reg, "clockd_janitor_history_partitions"); got != 5 {
 		t.Errorf("clockd_janitor_history_partitions %v after two days, want 5", got)
 	}
 	for _, n := range ddl.sizes {

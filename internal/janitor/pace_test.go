@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/testenv"
 )
 
 func testPace(batch int, busy *bool, now *time.Time) *pace {
@@ -157,26 +158,10 @@ func TestRunYieldsWhileRingsAreDue(t *testing.T) {
 				if busy {
 					wantYield = 9 * 0.090
 				}
-				if got := gathered(t, reg, "clockd_janitor_yield_seconds_total"); math.Abs(got-wantYield) > 0.005 {
+				if got := testenv.Metric(t, reg, "clockd_janitor_yield_seconds_total"); math.Abs(got-wantYield) > 0.005 {
 					t.Errorf("clockd_janitor_yield_seconds_total %.3f, want %.3f", got, wantYield)
 				}
 			})
 		})
 	}
-}
-
-// gathered is the value of the unlabelled counter name in reg.
-func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("%s not gathered", name)
-	return 0
 }

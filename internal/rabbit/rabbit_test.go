@@ -338,10 +338,10 @@ func TestMixedBatch(t *testing.T) {
 			t.Errorf("unexpected message %s in queue", d.MessageId)
 		}
 	}
-	if v := counterValue(t, reg, "clockd_rabbit_publishes_total", "unroutable"); v != float64(len(msgs)-len(wantOK)) {
+	if v := testenv.Metric(t, reg, "clockd_rabbit_publishes_total", "result", "unroutable"); v != float64(len(msgs)-len(wantOK)) {
 		t.Errorf("unroutable counter = %v, want %d", v, len(msgs)-len(wantOK))
 	}
-	if v := counterValue(t, reg, "clockd_rabbit_publishes_total", "ok"); v != float64(len(wantOK)) {
+	if v := testenv.Metric(t, reg, "clockd_rabbit_publishes_total", "result", "ok"); v != float64(len(wantOK)) {
 		t.Errorf("ok counter = %v, want %d", v, len(wantOK))
 	}
 }
@@ -547,10 +547,10 @@ func TestReconnectAfterBrokerClosesConnection(t *testing.T) {
 	if lost > 0 {
 		t.Errorf("%d confirmed messages are not in the queue", lost)
 	}
-	if v := counterValue(t, reg, "clockd_rabbit_reconnects_total", ""); v < 1 {
+	if v := testenv.Metric(t, reg, "clockd_rabbit_reconnects_total"); v < 1 {
 		t.Errorf("reconnects counter = %v, want >= 1", v)
 	}
-	if v := counterValue(t, reg, "clockd_rabbit_connected", ""); v != 1 {
+	if v := testenv.Metric(t, reg, "clockd_rabbit_connected"); v != 1 {
 		t.Errorf("connected gauge = %v, want 1", v)
 	}
 }
@@ -699,37 +699,6 @@ func TestRunStopsEverything(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func counterValue(t testing.TB, reg *prometheus.Registry, name, result string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := result == ""
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "result" && lp.GetValue() == result {
-					match = true
-				}
-			}
-			if !match {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 // BenchmarkPublishBatch reports confirmed msgs/s. The queue is durable (as
@@ -917,7 +886,7 @@ func TestConfirmTimeout(t *testing.T) {
 	if !errors.Is(errs[0], ErrUnroutable) || errs[1] != nil {
 		t.Errorf("after pause: %v, %v; want ErrUnroutable, nil", errs[0], errs[1])
 	}
-	if v := counterValue(t, reg, "clockd_rabbit_publishes_total", "timeout"); v != 3 {
+	if v := testenv.Metric(t, reg, "clockd_rabbit_publishes_total", "result", "timeout"); v != 3 {
 		t.Errorf("timeout counter = %v, want 3", v)
 	}
 	if got := f.consume(t, q, 10, time.Second); len(got) != 4 {
