@@ -287,11 +287,14 @@ func publishLoop(ctx context.Context, conn *amqp.Connection, exchange, key strin
 	}
 	var perr error
 	paceStart := time.Now()
+	pacer := time.NewTimer(time.Hour) // one timer for every wait (Reset needs no drain since Go 1.23)
+	defer pacer.Stop()
 	for i := 0; ctx.Err() == nil && time.Now().Before(deadline); i++ {
 		if pace > 0 {
 			if wait := time.Until(paceStart.Add(time.Duration(float64(i) / pace * float64(time.Second)))); wait > 0 {
+				pacer.Reset(wait)
 				select {
-				case <-time.After(wait):
+				case <-pacer.C:
 				case <-ctx.Done():
 					continue
 				}
