@@ -132,6 +132,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ResultLabel: rabbit.ResultName,
 		NotSent:     func(err error) bool { return errors.Is(err, rabbit.ErrNotSent) },
 		Logger:      log, Registerer: reg,
+		RecordGap: cfg.Ring.RecordGap,
 	}, queue, store, publisher{pub}, feeder)
 
 	svc := alarm.NewService(store, feeder, time.Now, alarm.Limits{MaxPayloadBytes: cfg.Clock.MaxPayloadBytes}, cfg.MySQL.RequestTimeout)

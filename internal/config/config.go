@@ -127,6 +127,7 @@ type Ring struct {
 	RetryMin      time.Duration `yaml:"retry_min"`
 	RetryMax      time.Duration `yaml:"retry_max"`
 	FiringTimeout time.Duration `yaml:"firing_timeout"`
+	RecordGap     time.Duration `yaml:"record_gap"`
 }
 
 // Cluster is how instances share shards.
@@ -169,7 +170,7 @@ func Default() Config {
 		History: History{Keep: 720 * time.Hour, PartitionsAhead: 3},
 		Preload: Preload{Window: 10 * time.Second, Interval: time.Second, Rescan: 30 * time.Second, Batch: 2000, HeapCap: 200000},
 		Ring: Ring{ClaimAhead: 100 * time.Millisecond, ClaimAheadMax: time.Second, ClaimBatch: 500, MaxInFlight: 20000,
-			RetryMin: time.Second, RetryMax: 5 * time.Minute, FiringTimeout: 2 * time.Minute},
+			RetryMin: time.Second, RetryMax: 5 * time.Minute, FiringTimeout: 2 * time.Minute, RecordGap: 10 * time.Millisecond},
 		Cluster: Cluster{LeaseTTL: 10 * time.Second},
 		Log:     Log{Level: "info", Format: "json"},
 		Auth:    Auth{CacheTTL: 5 * time.Second},
@@ -223,6 +224,7 @@ func (c *Config) env() []envVar {
 		{"CLOCKD_RETRY_MIN", "ring.retry_min", &c.Ring.RetryMin},
 		{"CLOCKD_RETRY_MAX", "ring.retry_max", &c.Ring.RetryMax},
 		{"CLOCKD_FIRING_TIMEOUT", "ring.firing_timeout", &c.Ring.FiringTimeout},
+		{"CLOCKD_RING_RECORD_GAP", "ring.record_gap", &c.Ring.RecordGap},
 		{"CLOCKD_INSTANCE_ID", "cluster.instance_id", &c.Cluster.InstanceID},
 		{"CLOCKD_LEASE_TTL", "cluster.lease_ttl", &c.Cluster.LeaseTTL},
 		{"CLOCKD_LOG_LEVEL", "log.level", &c.Log.Level},
@@ -594,6 +596,9 @@ func (c Config) Validate() error {
 	}
 	if c.Ring.RetryMin <= 0 {
 		bad("ring.retry_min", "must be positive")
+	}
+	if c.Ring.RecordGap < 0 || c.Ring.RecordGap > time.Second {
+		bad("ring.record_gap", "must be between 0 (off) and 1s, got %s", c.Ring.RecordGap)
 	}
 	if c.Ring.RetryMax < c.Ring.RetryMin {
 		bad("ring.retry_max", "must be at least ring.retry_min")

@@ -227,6 +227,8 @@ func TestBadValues(t *testing.T) {
 		{"env janitor movers zero", "", map[string]string{"CLOCKD_JANITOR_MOVERS": "0"}, []string{"janitor.movers"}},
 		{"env idempotency window negative", "", map[string]string{"CLOCKD_IDEMPOTENCY_WINDOW": "-1s"}, []string{"clock.idempotency_window"}},
 		{"env writers over half the pool", "", map[string]string{"CLOCKD_MYSQL_MAX_OPEN_CONNS": "8", "CLOCKD_MYSQL_WRITERS": "5"}, []string{"mysql.writers", "mysql.max_open_conns (8)", "got 5"}},
+		{"env record gap negative", "", map[string]string{"CLOCKD_RING_RECORD_GAP": "-1ms"}, []string{"ring.record_gap", "-1ms"}},
+		{"env record gap over a second", "", map[string]string{"CLOCKD_RING_RECORD_GAP": "2s"}, []string{"ring.record_gap", "2s"}},
 		{"yaml partitions ahead zero", "history:\n  partitions_ahead: 0\n", nil, []string{"history.partitions_ahead"}},
 		{"yaml bad duration", "preload:\n  window: ten\n", nil, []string{"preload.window"}},
 		{"yaml duration without unit", "preload:\n  window: 10\n", nil, []string{"preload.window"}},

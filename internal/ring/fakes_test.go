@@ -24,6 +24,7 @@ type fakeStore struct {
 	released  [][]int64
 	fails     []alarm.Outcome
 	rung      []int64
+	rungCalls int // MarkRung round trips
 	expired   []int64
 	unclaimed []int64
 	advanced  []alarm.Advance // recurring occurrences recorded, in order
@@ -137,6 +138,7 @@ func (s *fakeStore) MarkRung(_ context.Context, rungs []alarm.Rung, tokens []int
 	if s.writeErr != nil {
 		return s.writeErr
 	}
+	s.rungCalls++
 	for _, r := range rungs {
 		if c := s.rows[r.ID]; s.fenced(r.ID, tokens) {
 			s.setStatus(c, alarm.StatusRung)

@@ -87,6 +87,9 @@ type Config struct {
 	Publishers int
 	Claimers   int // concurrent claims (default 4)
 	Recorders  int // concurrent outcome writes (default 4)
+	// RecordGap: a write of a few rung outcomes waits for more until this
+	// long after the previous write began (0: none).
+	RecordGap time.Duration
 	// MinLeaseLeft: a publish starts only while the shard's lease has at
 	// least this long left, and its wait for confirms ends with the lease.
 	MinLeaseLeft time.Duration

@@ -791,3 +791,58 @@ func TestClaimTakesASliceOfTime(t *testing.T) {
 		}
 	})
 }
+
+// A few rings a millisecond apart are marked rung together, within
+// RecordGap of the previous mark; many at once are marked at once. With no
+// gap, every ring is a mark of its own.
+func TestRecorderGathersFewRungMarks(t *testing.T) {
+	for _, tt := range []struct {
+		gap       time.Duration
+		wantCalls int
+	}{
+		{0, 10},
+		{10 * time.Millisecond, 2}, // the first at once, the next 9 at +10 ms
+	} {
+		t.Run(tt.gap.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, Config{RecordGap: tt.gap})
+				at := t0.Add(time.Second)
+				for i := range 10 {
+					h.add(clockAt(int64(i+1), at.Add(time.Duration(i)*time.Millisecond)))
+				}
+				h.advance(time.Second)
+				for range 9 {
+					h.advance(time.Millisecond)
+				}
+				h.store.with(func(s *fakeStore) {
+					if tt.gap > 0 && len(s.rung) != 1 {
+						t.Errorf("%d marked rung 9 ms after the first ring, want only it (the rest wait for the gap)", len(s.rung))
+					}
+				})
+				h.advance(tt.gap)
+				h.store.with(func(s *fakeStore) {
+					if len(s.rung) != 10 || s.rungCalls != tt.wantCalls {
+						t.Errorf("%d marked rung in %d round trips, want 10 in %d", len(s.rung), s.rungCalls, tt.wantCalls)
+					}
+				})
+			})
+		})
+	}
+	t.Run("many", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t, Config{RecordGap: time.Second})
+			at := t0.Add(time.Second)
+			h.add(clockAt(1, at))
+			for id := int64(2); id <= 101; id++ {
+				h.add(clockAt(id, at.Add(2*time.Millisecond)))
+			}
+			h.advance(time.Second)
+			h.advance(2 * time.Millisecond)
+			h.store.with(func(s *fakeStore) {
+				if len(s.rung) != 101 || s.rungCalls != 2 {
+					t.Errorf("%d marked rung in %d round trips, want 101 in 2: 100 rings are not a few to wait for", len(s.rung), s.rungCalls)
+				}
+			})
+		})
+	})
+}

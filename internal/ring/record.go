@@ -21,12 +21,19 @@ func (l *Loop) report(f func(r *results)) {
 // stays in flight (held: recovery leaves it alone), however long MySQL is
 // away: a confirmed ring is never put back to pending to ring again.
 func (l *Loop) recorder(ctx context.Context) {
+	var last time.Time // when the previous write began
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.doneSig:
 		}
+		if gap := l.cfg.RecordGap; gap > 0 {
+			if wait := gap - l.clk.Now().Sub(last); wait > 0 && l.fewRung() {
+				l.gather(ctx, wait)
+			}
+		}
+		last = l.clk.Now()
 		l.doneMu.Lock()
 		r := l.done
 		l.done = results{}
@@ -43,6 +50,36 @@ func (l *Loop) recorder(ctx context.Context) {
 				l.log.Warn("recording ring outcomes failed; retrying", "err", err, "attempt", attempt)
 			}
 			if !l.sleep(ctx, min(time.Duration(attempt)*100*time.Millisecond, 2*time.Second)) {
+				return
+			}
+		}
+	}
+}
+
+// recordFew: fewer rung outcomes than this (and nothing else) wait for
+// more, up to RecordGap after the previous write began.
+const recordFew = 64
+
+// fewRung tells whether the outcomes waiting are only a few rings.
+func (l *Loop) fewRung() bool {
+	l.doneMu.Lock()
+	defer l.doneMu.Unlock()
+	d := &l.done
+	return len(d.failed)+len(d.expired)+len(d.unclaim) == 0 && len(d.rung)+len(d.advance) < recordFew
+}
+
+// gather waits up to d for outcomes to be more than a few.
+func (l *Loop) gather(ctx context.Context, d time.Duration) {
+	t := l.clk.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			return
+		case <-l.doneSig:
+			if !l.fewRung() {
 				return
 			}
 		}
