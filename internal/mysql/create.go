@@ -293,14 +293,19 @@ func keyList(b *strings.Builder, args []any, keys []alarm.Key) []any {
 
 // commit commits tx; an error that is not MySQL's own answer leaves the
 // outcome unknown.
-func commit(tx *sqlx.Tx) error {
-	if err := tx.Commit(); err != nil {
-		if isServerError(err) {
-			return fmt.Errorf("commit: %w", err)
-		}
+func commit(tx *sqlx.Tx) error { return commitErr(tx.Commit()) }
+
+// commitErr is the error of a COMMIT: MySQL's own answer, or, for any
+// other failure (its answer lost), an *unknownError.
+func commitErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case isServerError(err):
+		return fmt.Errorf("commit: %w", err)
+	default:
 		return &unknownError{err: fmt.Errorf("commit: %w", err)}
 	}
-	return nil
 }
 
 // insertFast is the common case: no key exists yet. One INSERT in a
@@ -327,10 +332,7 @@ func (s *Store) insertFast(ctx context.Context, wc *writerConn, batch []item, to
 	}
 	if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
 		wc.drop() // its transaction's state is unknown: never reuse it
-		if isServerError(err) {
-			return nil, fmt.Errorf("commit: %w", err)
-		}
-		return nil, &unknownError{err: fmt.Errorf("commit: %w", err)}
+		return nil, commitErr(err)
 	}
 	return out, nil
 }

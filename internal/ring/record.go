@@ -33,7 +33,6 @@ func (l *Loop) recorder(ctx context.Context) {
 				l.gather(ctx, wait)
 			}
 		}
-		last = l.clk.Now()
 		l.doneMu.Lock()
 		r := l.done
 		l.done = results{}
@@ -41,6 +40,7 @@ func (l *Loop) recorder(ctx context.Context) {
 		if r.empty() {
 			continue
 		}
+		last = l.clk.Now()
 		for attempt := 1; ; attempt++ {
 			err := l.record(ctx, &r)
 			if err == nil {
