@@ -131,10 +131,24 @@ func (l *Loop) claimer(ctx context.Context) {
 		if len(dues) == 0 {
 			continue
 		}
+		// A claim that failed meanwhile set the pause before it offered
+		// its dues back, so dues popped after that offer see the pause
+		// here, with the dispatch: the check at the top came before the pop
+		// and cannot (the dues would be claimed again at once, before the
+		// lost claim is released).
 		l.mu.Lock()
-		l.claiming += len(dues)
-		l.claimJobs++
+		paused := l.pauseUntil.After(l.clk.Now())
+		if !paused {
+			l.claiming += len(dues)
+			l.claimJobs++
+		}
 		l.mu.Unlock()
+		if paused {
+			for _, d := range dues {
+				l.feed.Offer(d)
+			}
+			continue
+		}
 		select {
 		case jobs <- claimJob{dues: dues, now: now, ahead: reach}:
 		case <-ctx.Done():
