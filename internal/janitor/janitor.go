@@ -54,8 +54,9 @@ type Config struct {
 	Movers int
 	// Busy reports whether the ring path has work now (clocks due or in
 	// flight); nil: never. While it has, each mover works at most
-	// BusyShare of the time (default 0.1) and rests at least Pause between
-	// batches; while it has not, movers do not rest.
+	// BusyShare of the time (default 0.1; a tenth of it on a backlog, see
+	// pace) and rests at least Pause between batches; while it has not,
+	// movers do not rest.
 	Busy      func() bool
 	BusyShare float64
 	Pause     time.Duration
@@ -337,12 +338,47 @@ func (j *Janitor) moveStep(ctx context.Context) (archived, deleted int64, err er
 	return archived, deleted, nil
 }
 
+// restCheck: a mover's rest ends early when the ring path has had no
+// work for this long (a backlog's rests last up to 99 moves' time).
+const restCheck = 100 * time.Millisecond
+
+// rest waits d, or until the ring path has no work (a mover rests only
+// for it), counting the time in clockd_janitor_yield_seconds_total; false
+// when ctx ended.
+func (j *Janitor) rest(ctx context.Context, d time.Duration) bool {
+	start := time.Now()
+	defer func() { j.yielded.Add(time.Since(start).Seconds()) }()
+	end := time.NewTimer(d)
+	defer end.Stop()
+	check := time.NewTicker(restCheck)
+	defer check.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-end.C:
+			return true
+		case <-check.C:
+			if j.cfg.Busy == nil || !j.cfg.Busy() {
+				return true
+			}
+		}
+	}
+}
+
+// batch is the ids of one move; backlog: even its newest clock finished
+// more than backlogLag before the retention boundary (see pace).
+type batch struct {
+	ids     []int64
+	backlog bool
+}
+
 // moveStatus moves the clocks of one finished status that finished before
 // `before`: the finder (this goroutine) hands batches to the movers.
 func (j *Janitor) moveStatus(ctx context.Context, p *pace, st alarm.Status, before, dropBefore time.Time) (archived, deleted int64, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	batches := make(chan []int64)
+	batches := make(chan batch)
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -353,14 +389,10 @@ func (j *Janitor) moveStatus(ctx context.Context, p *pace, st alarm.Status, befo
 		go func() {
 			defer wg.Done()
 			var rest time.Duration // owed by the last batch, taken before the next: none at the end
-			for ids := range batches {
-				if rest > 0 {
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(rest):
-						j.yielded.Add(rest.Seconds())
-					}
+			for bt := range batches {
+				ids := bt.ids
+				if rest > 0 && !j.rest(ctx, rest) {
+					return
 				}
 				start := time.Now()
 				a, d, err := j.store.MoveFinished(ctx, st, ids, before, dropBefore, !j.cfg.NoHistory)
@@ -373,7 +405,7 @@ func (j *Janitor) moveStatus(ctx context.Context, p *pace, st alarm.Status, befo
 				mu.Lock()
 				moved[0], moved[1] = moved[0]+a, moved[1]+d
 				mu.Unlock()
-				rest = p.moved(len(ids), time.Since(start))
+				rest = p.moved(len(ids), time.Since(start), bt.backlog)
 			}
 		}()
 	}
@@ -397,7 +429,7 @@ func (j *Janitor) moveStatus(ctx context.Context, p *pace, st alarm.Status, befo
 				return nil
 			}
 			select {
-			case batches <- ids:
+			case batches <- batch{ids, before.Sub(last) > backlogLag}:
 			case <-ctx.Done():
 				return ctx.Err()
 			}

@@ -19,7 +19,10 @@ import (
 // share is BusyShare for a run's first ten intervals and grows with the
 // run's length (twice BusyShare after ten intervals, three times after
 // twenty, up to all the time): rings that never stop still leave the
-// janitor enough to keep up.
+// janitor enough to keep up. A backlog batch (its newest clock finished
+// more than backlogLag before the retention boundary: after an outage of
+// the janitor, or retention switched on for an old table) works a tenth of
+// that share: catching up can wait for the rings, keeping up cannot.
 type pace struct {
 	max      int
 	share    float64
@@ -39,6 +42,14 @@ const (
 	moveTarget = 100 * time.Millisecond
 	// minBatch: batches never shrink below it.
 	minBatch = 25
+	// backlogLag: a batch whose newest clock finished more than this long
+	// before the retention boundary is backlog; in steady state a batch is
+	// at most an interval and a run's length behind it.
+	backlogLag = time.Hour
+	// backlogShareDivisor: while rings are due, backlog moves at
+	// BusyShare / this. At 10 % a drain of 10 M clocks made rings at
+	// 5,000/s 3-4 times later at p99; at 1 % no later (docs/benchmarks.md).
+	backlogShareDivisor = 10
 )
 
 func newPace(cfg Config) *pace {
@@ -57,8 +68,9 @@ func (p *pace) batch() int {
 }
 
 // moved records that a batch of n clocks took d, adapts the size, and
-// returns how long the mover rests before its next batch.
-func (p *pace) moved(n int, d time.Duration) time.Duration {
+// returns how long the mover rests before its next batch (longer after a
+// backlog batch).
+func (p *pace) moved(n int, d time.Duration, backlog bool) time.Duration {
 	p.mu.Lock()
 	switch {
 	case d > moveTarget:
@@ -70,7 +82,11 @@ func (p *pace) moved(n int, d time.Duration) time.Duration {
 	if p.busy == nil || !p.busy() {
 		return 0
 	}
-	share := min(1, p.share*(1+float64(p.now().Sub(p.start))/float64(10*p.interval)))
+	share := p.share
+	if backlog {
+		share /= backlogShareDivisor
+	}
+	share = min(1, share*(1+float64(p.now().Sub(p.start))/float64(10*p.interval)))
 	if share >= 1 {
 		return 0
 	}
