@@ -165,3 +165,39 @@ func TestResetDuringLoadIsNotLost(t *testing.T) {
 		t.Errorf("the rescan asked for during a load was lost: live cursor at t0+%v", ld.liveAt.Sub(t0))
 	}
 }
+
+// A loader that stopped at its quota is woken by Drained once a quarter of
+// the quota is free again, not for every clock rung: at high ring rates
+// that was a storm of load queries of a few rows each.
+func TestDrainedWakesAtAQuarterOfTheQuota(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := &loadStore{}
+	for id := int64(1); id <= 100; id++ {
+		st.insert(alarm.Due{ID: id, At: t0.Add(time.Second + time.Duration(id)*time.Millisecond)})
+	}
+	q := ring.NewQueue()
+	m := New(Config{Shards: 1, Window: 10 * time.Second, HeapCap: 64, Batch: 100,
+		Now: func() time.Time { return t0 }}, st, q)
+	ld := &loader{m: m, shard: 0, boundary: t0, wake: make(chan struct{}, 1)}
+	ld.reset()
+	m.loaders[0] = ld // quota: 64/(2*1) = 32 per class
+	if err := ld.load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := q.Count(0, ring.Live); n != 32 || !ld.capped.Load() {
+		t.Fatalf("%d clocks loaded, capped %v; want 32, capped", n, ld.capped.Load())
+	}
+	for id := int64(1); id <= 8; id++ {
+		q.Remove(id) // rung
+		m.Drained([]int{0})
+		woken := false
+		select {
+		case <-ld.wake:
+			woken = true
+		default:
+		}
+		if want := id == 8; woken != want {
+			t.Fatalf("after %d of 32 clocks rung: woken %v, want %v (at a quarter free)", id, woken, want)
+		}
+	}
+}

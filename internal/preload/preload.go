@@ -262,13 +262,18 @@ func (m *Manager) Scheduled(clocks []alarm.Clock) {
 func (m *Manager) Unscheduled(ids []int64) { m.q.Remove(ids...) }
 
 // Drained tells the loaders of these shards that the ring loop took clocks
-// out of memory, so they may load more.
+// out of memory, so they may load more. A loader that stopped at its quota
+// is woken once a quarter of the quota is free again (and by its own tick),
+// not for every few clocks rung: at 11,000 rings/s, with shards at their
+// quota, that was a thousand load queries a second of eight rows each, as
+// the rings began (docs/benchmarks.md).
 func (m *Manager) Drained(shards []int) {
 	q := m.quota()
+	wakeAt := q - max(1, q/4)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range shards {
-		if ld, ok := m.loaders[s]; ok && ld.capped.Load() && m.q.Count(s, ring.Live)+m.q.Count(s, ring.Backlog) < q {
+		if ld, ok := m.loaders[s]; ok && ld.capped.Load() && m.q.Count(s, ring.Live)+m.q.Count(s, ring.Backlog) <= wakeAt {
 			select {
 			case ld.wake <- struct{}{}:
 			default:
