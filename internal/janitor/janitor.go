@@ -343,8 +343,8 @@ func (j *Janitor) moveStep(ctx context.Context) (archived, deleted int64, err er
 const restCheck = 100 * time.Millisecond
 
 // rest waits d, or until the ring path has no work (a mover rests only
-// for it), counting the time in clockd_janitor_yield_seconds_total; false
-// when ctx ended.
+// for it: pace gives a rest only while Busy says so), counting the time in
+// clockd_janitor_yield_seconds_total; false when ctx ended.
 func (j *Janitor) rest(ctx context.Context, d time.Duration) bool {
 	start := time.Now()
 	defer func() { j.yielded.Add(time.Since(start).Seconds()) }()
@@ -359,7 +359,7 @@ func (j *Janitor) rest(ctx context.Context, d time.Duration) bool {
 		case <-end.C:
 			return true
 		case <-check.C:
-			if j.cfg.Busy == nil || !j.cfg.Busy() {
+			if !j.cfg.Busy() {
 				return true
 			}
 		}

@@ -362,20 +362,19 @@ func (w *writerConn) get(ctx context.Context) (*sqlx.Conn, error) {
 	if w.c != nil && (now.Sub(w.since) > writerConnMaxAge || now.Sub(w.use) > writerConnMaxIdle) {
 		w.drop()
 	}
-	if w.c != nil {
-		w.use = now
-		return w.c, nil
+	if w.c == nil {
+		c, err := w.s.db.Connx(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.ExecContext(ctx, "SET autocommit = 0"); err != nil {
+			discard(c)
+			return nil, err
+		}
+		w.c, w.since = c, now
 	}
-	c, err := w.s.db.Connx(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.ExecContext(ctx, "SET autocommit = 0"); err != nil {
-		discard(c)
-		return nil, err
-	}
-	w.c, w.since, w.use = c, now, now
-	return c, nil
+	w.use = now
+	return w.c, nil
 }
 
 // rollback ends the transaction a failed statement left open (its locks,
