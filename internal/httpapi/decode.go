@@ -83,6 +83,12 @@ func decodeObject(data []byte, field func(string) *json.RawMessage) error {
 	if !json.Valid(data) {
 		return decodeObjectSlow(data, field) // says precisely what is wrong
 	}
+	return decodeValidObject(data, field)
+}
+
+// decodeValidObject is decodeObject for data known to be valid JSON: an
+// item of a batch, whose whole body json.Valid has checked already.
+func decodeValidObject(data []byte, field func(string) *json.RawMessage) error {
 	i := skipSpace(data, 0)
 	if data[i] != '{' {
 		return badField("body", "must be a JSON object")
@@ -527,6 +533,16 @@ func decodeCreateInput(data []byte) (alarm.CreateInput, error) {
 	return b.input()
 }
 
+// decodeBatchItem is decodeCreateInput for an item of a batch that
+// decodeBatch split out: valid JSON already, so it is not checked again.
+func decodeBatchItem(data json.RawMessage) (alarm.CreateInput, error) {
+	var b createBody
+	if err := decodeValidObject(data, b.field); err != nil {
+		return alarm.CreateInput{}, err
+	}
+	return b.input()
+}
+
 func decodePatch(data []byte) (alarm.PatchInput, error) {
 	var b patchBody
 	var p alarm.PatchInput
@@ -568,7 +584,8 @@ type batchBody struct {
 }
 
 // decodeBatch reads {"clocks":[...]} and splits the array into its items
-// without decoding them (each is decoded, and judged, on its own).
+// without decoding them (each is decoded, and judged, on its own, by
+// decodeBatchItem: the whole body is valid JSON once decodeBatch is done).
 func decodeBatch(data []byte) (batchBody, error) {
 	var raw json.RawMessage
 	err := decodeObject(data, func(k string) *json.RawMessage {

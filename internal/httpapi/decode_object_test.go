@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 )
 
@@ -36,6 +37,36 @@ func FuzzDecodeObjectMatchesDecoder(f *testing.F) {
 		for i, p := range pairs {
 			if (p[0] == nil) != (p[1] == nil) || !bytes.Equal(bytes.TrimSpace(p[0]), bytes.TrimSpace(p[1])) {
 				t.Fatalf("%q: field %d: scanner %q, decoder %q", data, i, p[0], p[1])
+			}
+		}
+	})
+}
+
+// An item of a batch is decoded without a second json.Valid: it must be
+// judged exactly as the same JSON sent alone to POST /v1/clocks would be.
+func FuzzBatchItemMatchesCreate(f *testing.F) {
+	for _, s := range []string{
+		`{"clocks":[{"application":"order","business_id":"o-1","delay":"30m"}]}`,
+		`{"clocks":[ {"application":"a","business_id":"b","ring_at":"2026-01-01T00:00:00Z","payload":"{}"} , 3, "x", [], null, {} ]}`,
+		`{"clocks":[{"application":"a","application":"b"},{"Delay":"1s"},{"delay":1e999}]}`,
+		`{"clocks":[{"business_id":"\ud800","delay":"1s","application":"a"}]}`,
+		`{"clocks":[{"application":"a","business_id":"b","schedule":"@every 1m","misfire":"skip"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := decodeBatch(data)
+		if err != nil {
+			return
+		}
+		for _, item := range b.Clocks {
+			got, gotErr := decodeBatchItem(item)
+			want, wantErr := decodeCreateInput(item)
+			if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+				t.Fatalf("item %q: batch error %v, create error %v", item, gotErr, wantErr)
+			}
+			if gotErr == nil && !reflect.DeepEqual(got, want) {
+				t.Fatalf("item %q: batch %+v, create %+v", item, got, want)
 			}
 		}
 	})

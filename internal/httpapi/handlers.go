@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -84,7 +83,15 @@ func requestIDOf(r *http.Request) string {
 }
 
 func (a *api) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	var data []byte
+	var err error
+	if p, ok := r.Body.(*preread); ok {
+		// the limiter has received it already: no second copy
+		data, err = p.data, p.err
+		p.data, p.err = nil, nil
+	} else {
+		data, err = readBody(http.MaxBytesReader(w, r.Body, a.maxBody), r.ContentLength, a.maxBody)
+	}
 	var mbe *http.MaxBytesError
 	if err != nil && !errors.As(err, &mbe) {
 		return nil, &clientError{err}
@@ -160,7 +167,7 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 	ins := make([]alarm.CreateInput, 0, len(b.Clocks))
 	pos := make([]int, 0, len(b.Clocks))
 	for i, raw := range b.Clocks {
-		in, err := decodeCreateInput(raw)
+		in, err := decodeBatchItem(raw)
 		if err != nil {
 			err = inItem(i, err)
 		} else {
