@@ -162,6 +162,19 @@ func BenchmarkMarkRung500(b *testing.B) {
 	})
 }
 
+// BenchmarkMarkRung500Times is a rung mark whose 500 clocks each have their
+// own confirm time, in an order other than their ids' (at half the broker
+// ceiling, half the rings are marked in such batches: more than 8 times).
+func BenchmarkMarkRung500Times(b *testing.B) {
+	benchOutcome(b, func(ctx context.Context, s *Store, cs []alarm.Clock, tok int64, at time.Time) error {
+		rungs := make([]alarm.Rung, len(cs))
+		for i, c := range cs {
+			rungs[i] = alarm.Rung{ID: c.ID, At: at.Add(time.Duration((i*7919)%500) * time.Millisecond)}
+		}
+		return s.MarkRung(ctx, rungs, []int64{tok})
+	})
+}
+
 // BenchmarkFail500 measures the outcome write of 500 failed attempts (an
 // application whose queue is not bound fails every ring), each with its
 // own next try and error.

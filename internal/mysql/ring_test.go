@@ -247,3 +247,72 @@ func TestRingWritesTouchOnlyListedClocks(t *testing.T) {
 		t.Errorf("the clock in the middle of the dense range, not listed, is %s; want pending", st)
 	}
 }
+
+// Each clock of a rung mark gets its own confirm time, however the times
+// fall over the ids: the mark's rung_at is a tree of CASE expressions
+// (MarkRung) once there are more than a few times.
+func TestMarkRungEachClockItsOwnTime(t *testing.T) {
+	t.Parallel()
+	db, _ := schemaDB(t, true)
+	ctx := context.Background()
+	if _, err := mysql.SetupShards(ctx, db, 1); err != nil {
+		t.Fatal(err)
+	}
+	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1})
+	t.Cleanup(s.Close)
+	now := time.Now().Truncate(time.Millisecond)
+	leases, err := s.AcquireLeases(ctx, "a", 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{9, 17, 100, 500} {
+		var in []alarm.NewClock
+		for i := range n {
+			in = append(in, alarm.NewClock{Application: "app", BusinessID: fmt.Sprintf("t%d-%03d", n, i), Payload: "{}",
+				ContentType: "application/json", RingAt: now.Add(-time.Second)})
+		}
+		var ids []int64
+		for _, r := range s.Create(ctx, in, now) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			ids = append(ids, r.Clock.ID)
+		}
+		tok := int64(1000 + n)
+		if got, err := s.Claim(ctx, "a", leases, ids, tok, time.Now().Add(time.Second), time.Now()); err != nil || len(got) != n {
+			t.Fatalf("claimed %d of %d: %v", len(got), n, err)
+		}
+		// in an order other than the ids', times shared in runs and
+		// scattered, and a few of their own
+		rungs := make([]alarm.Rung, n)
+		want := map[int64]int64{}
+		for i := range n {
+			j := (i * 7) % n // n is not a multiple of 7
+			at := now.Add(time.Duration(i%13) * time.Millisecond)
+			if i%5 == 0 {
+				at = now.Add(time.Duration(100+i) * time.Millisecond)
+			}
+			rungs[i] = alarm.Rung{ID: ids[j], At: at}
+			want[ids[j]] = at.UnixMilli()
+		}
+		if err := s.MarkRung(ctx, rungs, []int64{tok}); err != nil {
+			t.Fatal(err)
+		}
+		var rows []struct {
+			ID     int64         `db:"id"`
+			Status string        `db:"status"`
+			RungAt sql.NullInt64 `db:"rung_at"`
+		}
+		if err := db.Select(&rows, "SELECT id, status, rung_at FROM clock WHERE business_id LIKE ?", fmt.Sprintf("t%d-%%", n)); err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != n {
+			t.Fatalf("%d clocks: read %d", n, len(rows))
+		}
+		for _, r := range rows {
+			if r.Status != "rung" || r.RungAt.Int64 != want[r.ID] {
+				t.Errorf("%d clocks: clock %d %s rung_at %d; want rung at %d", n, r.ID, r.Status, r.RungAt.Int64, want[r.ID])
+			}
+		}
+	}
+}
