@@ -17,13 +17,8 @@ import (
 // b-1 due now and b-2 due in an hour.
 func claimStore(t *testing.T) (*sqlx.DB, *mysql.Store, []alarm.Clock) {
 	t.Helper()
-	db, _ := schemaDB(t, true)
+	s, db := oneShardStore(t, mysql.StoreConfig{ClaimAhead: time.Second})
 	ctx := context.Background()
-	if _, err := mysql.SetupShards(ctx, db, 1); err != nil {
-		t.Fatal(err)
-	}
-	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1, ClaimAhead: time.Second})
-	t.Cleanup(s.Close)
 	now := time.Now()
 	res := s.Create(ctx, []alarm.NewClock{
 		{Application: "app", BusinessID: "b-1", Payload: "{}", ContentType: "application/json", RingAt: now},

@@ -14,13 +14,8 @@ import (
 // and claims its first occurrence with token 7; it returns the claimed clock.
 func recurringClock(t *testing.T, sp schedule.Spec) (*mysql.Store, alarm.Clock) {
 	t.Helper()
-	db, _ := schemaDB(t, true)
+	s, _ := oneShardStore(t, mysql.StoreConfig{})
 	ctx := context.Background()
-	if _, err := mysql.SetupShards(ctx, db, 1); err != nil {
-		t.Fatal(err)
-	}
-	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1})
-	t.Cleanup(s.Close)
 	now := time.Now()
 	in := alarm.CreateInput{Application: "app", BusinessID: "r-1", Schedule: &alarm.ScheduleInput{
 		Every: &sp.Every, MaxOccurrences: &sp.MaxOccurrences}}
@@ -203,13 +198,8 @@ func TestListRecurringFilterAndPause(t *testing.T) {
 // One Advance of several clocks gives each its own outcome: the values of
 // one never leak into another's row (the statement joins a table of them).
 func TestAdvanceSeveralClocksAtOnce(t *testing.T) {
-	db, _ := schemaDB(t, true)
+	s, _ := oneShardStore(t, mysql.StoreConfig{})
 	ctx := context.Background()
-	if _, err := mysql.SetupShards(ctx, db, 1); err != nil {
-		t.Fatal(err)
-	}
-	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1})
-	t.Cleanup(s.Close)
 	now := time.Now()
 	every := 2 * time.Second
 	var news []alarm.NewClock

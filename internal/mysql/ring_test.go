@@ -7,21 +7,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/mysql"
 )
+
+// oneShardStore is a migrated store with one shard, on the test's own
+// database (cfg.Shards is set to 1).
+func oneShardStore(t *testing.T, cfg mysql.StoreConfig) (*mysql.Store, *sqlx.DB) {
+	t.Helper()
+	db, _ := schemaDB(t, true)
+	if _, err := mysql.SetupShards(context.Background(), db, 1); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Shards = 1
+	s := mysql.NewStore(db, cfg)
+	t.Cleanup(s.Close)
+	return s, db
+}
 
 // ringStore is a migrated store with one shard, and one pending clock due
 // now.
 func ringStore(t *testing.T) (*mysql.Store, int64) {
 	t.Helper()
-	db, _ := schemaDB(t, true)
+	s, _ := oneShardStore(t, mysql.StoreConfig{})
 	ctx := context.Background()
-	if _, err := mysql.SetupShards(ctx, db, 1); err != nil {
-		t.Fatal(err)
-	}
-	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1})
-	t.Cleanup(s.Close)
 	now := time.Now()
 	r := s.Create(ctx, []alarm.NewClock{{Application: "app", BusinessID: "b-1", Payload: "{}", ContentType: "application/json", RingAt: now}}, now)
 	if r[0].Err != nil {
@@ -147,13 +158,8 @@ func TestRingReleaseLostClaim(t *testing.T) {
 // filter) or scattered, and rung_at is each clock's own confirm time
 // whether the chunk has one, a few or many distinct confirm times.
 func TestRingWritesTouchOnlyListedClocks(t *testing.T) {
-	db, _ := schemaDB(t, true)
+	s, db := oneShardStore(t, mysql.StoreConfig{})
 	ctx := context.Background()
-	if _, err := mysql.SetupShards(ctx, db, 1); err != nil {
-		t.Fatal(err)
-	}
-	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1})
-	t.Cleanup(s.Close)
 	now := time.Now().Truncate(time.Millisecond)
 	var in []alarm.NewClock
 	for i := range 200 {
@@ -253,13 +259,8 @@ func TestRingWritesTouchOnlyListedClocks(t *testing.T) {
 // (MarkRung) once there are more than a few times.
 func TestMarkRungEachClockItsOwnTime(t *testing.T) {
 	t.Parallel()
-	db, _ := schemaDB(t, true)
+	s, db := oneShardStore(t, mysql.StoreConfig{})
 	ctx := context.Background()
-	if _, err := mysql.SetupShards(ctx, db, 1); err != nil {
-		t.Fatal(err)
-	}
-	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1})
-	t.Cleanup(s.Close)
 	now := time.Now().Truncate(time.Millisecond)
 	leases, err := s.AcquireLeases(ctx, "a", 1, time.Minute)
 	if err != nil {
