@@ -254,65 +254,114 @@ func TestRingWritesTouchOnlyListedClocks(t *testing.T) {
 	}
 }
 
-// Each clock of a rung mark gets its own confirm time, however the times
-// fall over the ids: the mark's rung_at is a tree of CASE expressions
-// (MarkRung) once there are more than a few times.
-func TestMarkRungEachClockItsOwnTime(t *testing.T) {
+// claimedClocks creates n clocks due now, named prefix-NNN, and claims
+// them with token tok; it returns their ids.
+func claimedClocks(t *testing.T, s *mysql.Store, prefix string, n int, tok int64) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	leases, err := s.AcquireLeases(ctx, "a", 1, time.Minute)
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("leases %v: %v", leases, err)
+	}
+	var in []alarm.NewClock
+	for i := range n {
+		in = append(in, alarm.NewClock{Application: "app", BusinessID: fmt.Sprintf("%s-%03d", prefix, i), Payload: "{}",
+			ContentType: "application/json", RingAt: now.Add(-time.Second)})
+	}
+	var ids []int64
+	for _, r := range s.Create(ctx, in, now) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		ids = append(ids, r.Clock.ID)
+	}
+	if got, err := s.Claim(ctx, "a", leases, ids, tok, now.Add(time.Second), now); err != nil || len(got) != n {
+		t.Fatalf("claimed %d of %d: %v", len(got), n, err)
+	}
+	return ids
+}
+
+type outcomeRow struct {
+	ID        int64          `db:"id"`
+	Status    string         `db:"status"`
+	RungAt    sql.NullInt64  `db:"rung_at"`
+	NextTry   int64          `db:"next_try_time"`
+	LastError sql.NullString `db:"last_error"`
+	Claimed   bool           `db:"claimed"`
+}
+
+func outcomeRows(t *testing.T, db *sqlx.DB, prefix string, n int) []outcomeRow {
+	t.Helper()
+	var rows []outcomeRow
+	if err := db.Select(&rows, `SELECT id, status, rung_at, next_try_time, last_error, claim_token IS NOT NULL AS claimed
+		FROM clock WHERE business_id LIKE ?`, prefix+"-%"); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != n {
+		t.Fatalf("%s: %d clocks, read %d", prefix, n, len(rows))
+	}
+	return rows
+}
+
+// Each clock of an outcome write gets its own values, however they fall
+// over the ids: rung_at of a rung mark, and status, next try and error of
+// failed attempts, are trees of CASE expressions (byIDTree) once there are
+// more than a few distinct values.
+func TestOutcomeWritesEachClockItsOwnValues(t *testing.T) {
 	t.Parallel()
 	s, db := oneShardStore(t, mysql.StoreConfig{})
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Millisecond)
-	leases, err := s.AcquireLeases(ctx, "a", 1, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, n := range []int{9, 17, 100, 500} {
-		var in []alarm.NewClock
-		for i := range n {
-			in = append(in, alarm.NewClock{Application: "app", BusinessID: fmt.Sprintf("t%d-%03d", n, i), Payload: "{}",
-				ContentType: "application/json", RingAt: now.Add(-time.Second)})
-		}
-		var ids []int64
-		for _, r := range s.Create(ctx, in, now) {
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-			ids = append(ids, r.Clock.ID)
-		}
-		tok := int64(1000 + n)
-		if got, err := s.Claim(ctx, "a", leases, ids, tok, time.Now().Add(time.Second), time.Now()); err != nil || len(got) != n {
-			t.Fatalf("claimed %d of %d: %v", len(got), n, err)
-		}
-		// in an order other than the ids', times shared in runs and
+		// in an order other than the ids', values shared in runs and
 		// scattered, and a few of their own
+		order := func(i int) int { return (i * 7) % n } // n is not a multiple of 7
+		at := func(i int) time.Time {
+			if i%5 == 0 {
+				return now.Add(time.Duration(100+i) * time.Millisecond)
+			}
+			return now.Add(time.Duration(i%13) * time.Millisecond)
+		}
+
+		prefix := fmt.Sprintf("rung%d", n)
+		ids := claimedClocks(t, s, prefix, n, int64(1000+n))
 		rungs := make([]alarm.Rung, n)
 		want := map[int64]int64{}
 		for i := range n {
-			j := (i * 7) % n // n is not a multiple of 7
-			at := now.Add(time.Duration(i%13) * time.Millisecond)
-			if i%5 == 0 {
-				at = now.Add(time.Duration(100+i) * time.Millisecond)
+			rungs[i] = alarm.Rung{ID: ids[order(i)], At: at(i)}
+			want[ids[order(i)]] = at(i).UnixMilli()
+		}
+		if err := s.MarkRung(ctx, rungs, []int64{int64(1000 + n)}); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range outcomeRows(t, db, prefix, n) {
+			if r.Status != "rung" || r.Claimed || r.RungAt.Int64 != want[r.ID] {
+				t.Errorf("%s: clock %d %s (claimed %v) rung_at %d; want rung at %d", prefix, r.ID, r.Status, r.Claimed, r.RungAt.Int64, want[r.ID])
 			}
-			rungs[i] = alarm.Rung{ID: ids[j], At: at}
-			want[ids[j]] = at.UnixMilli()
 		}
-		if err := s.MarkRung(ctx, rungs, []int64{tok}); err != nil {
+
+		prefix = fmt.Sprintf("fail%d", n)
+		ids = claimedClocks(t, s, prefix, n, int64(2000+n))
+		outs := make([]alarm.Outcome, n)
+		wantOut := map[int64]alarm.Outcome{}
+		for i := range n {
+			o := alarm.Outcome{ID: ids[order(i)], Status: alarm.StatusPending, NextTryAt: at(i).Add(time.Minute),
+				Error: fmt.Sprintf("unroutable %d", i%3)}
+			if i%11 == 0 {
+				o = alarm.Outcome{ID: o.ID, Status: alarm.StatusDead, NextTryAt: at(i), Error: "max_attempts reached"}
+			}
+			outs[i] = o
+			wantOut[o.ID] = o
+		}
+		if err := s.Fail(ctx, outs, []int64{int64(2000 + n)}, now); err != nil {
 			t.Fatal(err)
 		}
-		var rows []struct {
-			ID     int64         `db:"id"`
-			Status string        `db:"status"`
-			RungAt sql.NullInt64 `db:"rung_at"`
-		}
-		if err := db.Select(&rows, "SELECT id, status, rung_at FROM clock WHERE business_id LIKE ?", fmt.Sprintf("t%d-%%", n)); err != nil {
-			t.Fatal(err)
-		}
-		if len(rows) != n {
-			t.Fatalf("%d clocks: read %d", n, len(rows))
-		}
-		for _, r := range rows {
-			if r.Status != "rung" || r.RungAt.Int64 != want[r.ID] {
-				t.Errorf("%d clocks: clock %d %s rung_at %d; want rung at %d", n, r.ID, r.Status, r.RungAt.Int64, want[r.ID])
+		for _, r := range outcomeRows(t, db, prefix, n) {
+			w := wantOut[r.ID]
+			if r.Status != string(w.Status) || r.Claimed || r.NextTry != w.NextTryAt.UnixMilli() || r.LastError.String != w.Error {
+				t.Errorf("%s: clock %d %s (claimed %v) next %d error %q; want %s next %d error %q", prefix, r.ID, r.Status, r.Claimed,
+					r.NextTry, r.LastError.String, w.Status, w.NextTryAt.UnixMilli(), w.Error)
 			}
 		}
 	}
