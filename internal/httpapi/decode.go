@@ -526,18 +526,18 @@ func (b createBody) input() (alarm.CreateInput, error) {
 }
 
 func decodeCreateInput(data []byte) (alarm.CreateInput, error) {
-	var b createBody
-	if err := decodeObject(data, b.field); err != nil {
-		return alarm.CreateInput{}, err
-	}
-	return b.input()
+	return decodeCreate(data, decodeObject)
 }
 
 // decodeBatchItem is decodeCreateInput for an item of a batch that
 // decodeBatch split out: valid JSON already, so it is not checked again.
 func decodeBatchItem(data json.RawMessage) (alarm.CreateInput, error) {
+	return decodeCreate(data, decodeValidObject)
+}
+
+func decodeCreate(data []byte, decode func([]byte, func(string) *json.RawMessage) error) (alarm.CreateInput, error) {
 	var b createBody
-	if err := decodeValidObject(data, b.field); err != nil {
+	if err := decode(data, b.field); err != nil {
 		return alarm.CreateInput{}, err
 	}
 	return b.input()

@@ -161,18 +161,7 @@ func TestRingWritesTouchOnlyListedClocks(t *testing.T) {
 	s, db := oneShardStore(t, mysql.StoreConfig{})
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Millisecond)
-	var in []alarm.NewClock
-	for i := range 200 {
-		in = append(in, alarm.NewClock{Application: "app", BusinessID: fmt.Sprintf("d-%03d", i), Payload: "{}",
-			ContentType: "application/json", RingAt: now.Add(-time.Second)})
-	}
-	var all []int64
-	for _, r := range s.Create(ctx, in, now) {
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-		all = append(all, r.Clock.ID)
-	}
+	all := createdClocks(t, s, "d", 200)
 	leases, err := s.AcquireLeases(ctx, "a", 1, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +243,26 @@ func TestRingWritesTouchOnlyListedClocks(t *testing.T) {
 	}
 }
 
+// createdClocks creates n clocks due a second ago, named prefix-NNN; it
+// returns their ids.
+func createdClocks(t *testing.T, s *mysql.Store, prefix string, n int) []int64 {
+	t.Helper()
+	now := time.Now()
+	var in []alarm.NewClock
+	for i := range n {
+		in = append(in, alarm.NewClock{Application: "app", BusinessID: fmt.Sprintf("%s-%03d", prefix, i), Payload: "{}",
+			ContentType: "application/json", RingAt: now.Add(-time.Second)})
+	}
+	var ids []int64
+	for _, r := range s.Create(context.Background(), in, now) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		ids = append(ids, r.Clock.ID)
+	}
+	return ids
+}
+
 // claimedClocks creates n clocks due now, named prefix-NNN, and claims
 // them with token tok; it returns their ids.
 func claimedClocks(t *testing.T, s *mysql.Store, prefix string, n int, tok int64) []int64 {
@@ -264,18 +273,7 @@ func claimedClocks(t *testing.T, s *mysql.Store, prefix string, n int, tok int64
 	if err != nil || len(leases) != 1 {
 		t.Fatalf("leases %v: %v", leases, err)
 	}
-	var in []alarm.NewClock
-	for i := range n {
-		in = append(in, alarm.NewClock{Application: "app", BusinessID: fmt.Sprintf("%s-%03d", prefix, i), Payload: "{}",
-			ContentType: "application/json", RingAt: now.Add(-time.Second)})
-	}
-	var ids []int64
-	for _, r := range s.Create(ctx, in, now) {
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-		ids = append(ids, r.Clock.ID)
-	}
+	ids := createdClocks(t, s, prefix, n)
 	if got, err := s.Claim(ctx, "a", leases, ids, tok, now.Add(time.Second), now); err != nil || len(got) != n {
 		t.Fatalf("claimed %d of %d: %v", len(got), n, err)
 	}
