@@ -251,7 +251,7 @@ func (s *Store) commitBatch(wc *writerConn, batch []item) {
 }
 
 const insertCols = `(application, business_id, shard, status, payload, content_type, target_ring_at,
-latest_ring_at, max_attempts, attempts, next_try_time, create_time, update_time, op_token, ` + scheduleCols + `) VALUES `
+latest_ring_at, max_attempts, attempts, next_try_time, create_time, update_time, op_token, claim_token, ` + scheduleCols + `) VALUES `
 
 func (s *Store) insertSQL(batch []item, token int64) (string, []any) {
 	// Numbers go into the text as literals (exactly as the driver's
@@ -264,6 +264,7 @@ func (s *Store) insertSQL(batch []item, token int64) (string, []any) {
 	b.WriteString("INSERT INTO clock ")
 	b.WriteString(insertCols)
 	args := make([]any, 0, len(batch)*4)
+	unclaimedToken := "," + s.unclaimedToken()
 	var num [20]byte
 	lit := func(v int64) {
 		b.WriteByte(',')
@@ -291,6 +292,7 @@ func (s *Store) insertSQL(batch []item, token int64) (string, []any) {
 		lit(now)
 		lit(now)
 		lit(token)
+		b.WriteString(unclaimedToken)
 		if c.Schedule == nil {
 			// a one-shot clock: the schedule columns as literals too
 			b.WriteString("," + oneShotScheduleValues + ")")

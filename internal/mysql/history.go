@@ -345,7 +345,7 @@ func (s *Store) countClaimed(ctx context.Context, app string, now time.Time) (in
 	}
 	args = append(args, exactCountUpTo)
 	var n int64
-	if err := s.db.GetContext(ctx, &n, "SELECT COUNT(claim_token) FROM (SELECT claim_token FROM clock WHERE "+shards+
+	if err := s.db.GetContext(ctx, &n, "SELECT COUNT(NULLIF(claim_token, 0)) FROM (SELECT claim_token FROM clock WHERE "+shards+
 		" AND status = 'pending' AND next_try_time <= ?"+cond+" LIMIT ?) t", args...); err != nil {
 		return 0, fmt.Errorf("count firing clocks: %w", mapErr(err))
 	}

@@ -11,17 +11,25 @@ import (
 // Shard leases and instance heartbeats. Expiry is judged by the database
 // clock (dbNowMS) so that instances need not agree on the time.
 
-// Heartbeat records that the instance is alive until now+ttl, and whether
-// it can ring (publish to RabbitMQ).
+// Heartbeat records that the instance is alive until now+ttl, whether it
+// can ring (publish to RabbitMQ), and that it reads claim_token 0 as "not
+// claimed" (claim_room). It then learns whether every live instance does
+// (see unclaimedToken): an instance of an earlier version leaves
+// claim_room at 0.
 func (s *Store) Heartbeat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration, rings bool) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO clock_instance (instance_id, http_addr, started_at, expires_at, rings)
-		VALUES (?, ?, ?, `+dbNowMS+` + ?, ?)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO clock_instance (instance_id, http_addr, started_at, expires_at, rings, claim_room)
+		VALUES (?, ?, ?, `+dbNowMS+` + ?, ?, 1)
 		ON DUPLICATE KEY UPDATE http_addr = VALUES(http_addr), started_at = VALUES(started_at), expires_at = VALUES(expires_at),
-		  rings = VALUES(rings)`,
+		  rings = VALUES(rings), claim_room = 1`,
 		instanceID, httpAddr, ms(started), ttl.Milliseconds(), rings)
 	if err != nil {
 		return fmt.Errorf("heartbeat: %w", mapErr(err))
 	}
+	var without int
+	if err := s.db.GetContext(ctx, &without, "SELECT COUNT(*) FROM clock_instance WHERE expires_at > "+dbNowMS+" AND claim_room = 0"); err != nil {
+		return fmt.Errorf("heartbeat: %w", mapErr(err))
+	}
+	s.claimRoom.Store(without == 0)
 	return nil
 }
 

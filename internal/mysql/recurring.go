@@ -134,7 +134,7 @@ func (s *Store) Advance(ctx context.Context, advs []alarm.Advance, tokens []int6
 				return err
 			}
 		}
-		return advanceRows(ctx, tx, held, tokens, now)
+		return advanceRows(ctx, tx, held, tokens, s.unclaimedToken(), now)
 	})
 	if err != nil {
 		return fmt.Errorf("advance %d recurring clocks: %w", len(advs), mapErr(err))
@@ -229,7 +229,8 @@ func occurrenceHistory(ctx context.Context, tx *sqlx.Tx, advs []alarm.Advance, t
 }
 
 // advanceRows moves each clock to its next occurrence, or finishes it.
-func advanceRows(ctx context.Context, tx *sqlx.Tx, advs []alarm.Advance, tokens []int64, now time.Time) error {
+// unclaimed is what claim_token becomes (see Store.unclaimedToken).
+func advanceRows(ctx context.Context, tx *sqlx.Tx, advs []alarm.Advance, tokens []int64, unclaimed string, now time.Time) error {
 	ids := make([]int64, len(advs))
 	for i, a := range advs {
 		ids[i] = a.ID
@@ -243,7 +244,7 @@ func advanceRows(ctx context.Context, tx *sqlx.Tx, advs []alarm.Advance, tokens 
 		"c.next_try_time = v.v_ntt, c.attempts = COALESCE(v.v_att, c.attempts), " +
 		// a next occurrence is a first publish of its message_id: a replay's attempts no longer count
 		"c.replayed_attempts = IF(v.v_att IS NULL, c.replayed_attempts, 0), c.occurrences = v.v_occ, " +
-		"c.rung_at = COALESCE(v.v_rung, c.rung_at), c.last_error = v.v_err, c.update_time = v.v_upd, c.claim_token = NULL" + where
+		"c.rung_at = COALESCE(v.v_rung, c.rung_at), c.last_error = v.v_err, c.update_time = v.v_upd, c.claim_token = " + unclaimed + where
 	if _, err := tx.ExecContext(ctx, q, append(args, wargs...)...); err != nil {
 		return fmt.Errorf("move %d recurring clocks on: %w", len(advs), err)
 	}

@@ -90,11 +90,14 @@ func sortedIDs(ids []int64) []int64 {
 // MySQL's work per ring (docs/benchmarks.md, migration 00008). Rows claimed
 // by earlier versions have status = 'firing'; recovery handles both.
 const (
-	unclaimed = "status = 'pending' AND claim_token IS NULL"
+	unclaimed = "status = 'pending' AND " + notClaimed
+	// notClaimed: no claim. A pending clock's claim_token is 0 or NULL
+	// when it is not claimed (see unclaimedToken).
+	notClaimed = "COALESCE(claim_token, 0) = 0"
 	// claimedBy is followed by the list of claim tokens
 	claimedBy = "status = 'pending' AND claim_token IN ("
 	// firingRow is any firing clock, either form
-	firingRow = "(status = 'firing' OR status = 'pending' AND claim_token IS NOT NULL)"
+	firingRow = "(status = 'firing' OR status = 'pending' AND claim_token <> 0)"
 	// mayBeFiring narrows the search for firing clocks to an index range
 	// of (shard, status, next_try_time): rows of the status 'firing', and
 	// pending clocks due by the bound (?) that a claim can have reached
@@ -376,7 +379,7 @@ func (s *Store) setFiring(ctx context.Context, verb string, ids, tokens []int64,
 // status 'firing'; it reads them without locking and changes only what it
 // found, by primary key, with the same conditions.
 func (s *Store) RecoverFiring(ctx context.Context, shard int, epoch int64, staleBefore time.Time, held []int64, now time.Time) (int64, error) {
-	cond := firingRow + " AND (claim_epoch IS NULL OR claim_epoch < ? OR COALESCE(claim_time, update_time) < ?)"
+	cond := firingRow + " AND (claim_epoch IS NULL OR claim_epoch < ? OR COALESCE(NULLIF(claim_time, 0), update_time) < ?)"
 	args := []any{epoch, ms(staleBefore)}
 	if len(held) > 0 {
 		cond += " AND claim_token NOT IN (" + placeholders(len(held)) + ")"

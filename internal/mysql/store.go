@@ -70,7 +70,7 @@ func fromNullMS(v sql.NullInt64) time.Time {
 // status is the clock's status as the API tells it: a pending clock with a
 // claim is firing (see claimedBy).
 func (r row) status() alarm.Status {
-	if r.Status == string(alarm.StatusPending) && r.ClaimToken.Valid {
+	if r.Status == string(alarm.StatusPending) && r.ClaimToken.Valid && r.ClaimToken.Int64 != 0 {
 		return alarm.StatusFiring
 	}
 	return alarm.Status(r.Status)
@@ -165,6 +165,25 @@ type Store struct {
 	// (innodb_autoinc_lock_mode 0 or 1, auto_increment_increment 1), so the
 	// ids follow from LAST_INSERT_ID() without a second round trip.
 	consecutiveIDs bool
+
+	// claimRoom: every live instance reads claim_token 0 as "not claimed"
+	// (see unclaimedToken); learnt at each heartbeat.
+	claimRoom atomic.Bool
+}
+
+// unclaimedToken is what clockd writes to claim_token for a pending clock
+// that is not claimed: 0 once every live instance reads 0 as "not
+// claimed" (versions since migration 00012), NULL before. A claim sets
+// claim_token, claim_epoch and claim_time; when none of them is NULL (0
+// takes the same room in an InnoDB record as any other value), the record
+// keeps its size and InnoDB updates it in place: half the server's work of
+// a claim (docs/benchmarks.md). With NULL, earlier versions running side
+// by side still read the clock as pending and can claim it.
+func (s *Store) unclaimedToken() string {
+	if s.claimRoom.Load() {
+		return "0"
+	}
+	return "NULL"
 }
 
 // newToken returns a random, positive, non-zero token (BIGINT UNSIGNED
@@ -441,7 +460,7 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 func (s *Store) transition(ctx context.Context, k alarm.Key, verb, set string, setArgs []any, now time.Time, from ...alarm.Status) (alarm.Clock, error) {
 	// a claimed clock (firing) has status 'pending' and a claim_token
 	q := "UPDATE clock SET " + set + ", op_token = ?, update_time = ? WHERE application = ? AND business_id = ? AND status IN (" +
-		placeholders(len(from)) + ") AND claim_token IS NULL"
+		placeholders(len(from)) + ") AND " + notClaimed
 	return s.change(ctx, k, verb, func(tx *sqlx.Tx, token int64) (bool, error) {
 		args := append(append([]any{}, setArgs...), token, ms(now), k.Application, k.BusinessID)
 		for _, st := range from {
@@ -474,7 +493,7 @@ func (s *Store) Replay(ctx context.Context, k alarm.Key, now time.Time) (alarm.C
 	n := ms(now)
 	return s.transition(ctx, k, "replay",
 		`replayed_attempts = replayed_attempts + attempts, status = 'pending', next_try_time = ?, attempts = 0,
-		 claim_token = NULL, claim_epoch = NULL,
+		 claim_token = `+s.unclaimedToken()+`, claim_epoch = 0, claim_time = 0,
 		 latest_ring_at = IF(latest_ring_at <= ?, NULL, latest_ring_at)`,
 		[]any{n, n}, now, alarm.StatusExpired, alarm.StatusDead)
 }
