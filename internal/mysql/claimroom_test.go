@@ -154,3 +154,39 @@ func TestReplayLeavesRoomForTheClaim(t *testing.T) {
 		t.Fatalf("replayed: claim columns %+v, want 0, 0, 0", cc)
 	}
 }
+
+// A claimed clock that goes back to pending (its claim released or undone,
+// a failed attempt to be tried again, a stale claim recovered) keeps the
+// room for its next claim: claim_token 0.
+func TestBackToPendingKeepsRoomForTheClaim(t *testing.T) {
+	s, db := oneShardStore(t, mysql.StoreConfig{ClaimAhead: time.Second})
+	ctx := context.Background()
+	ids := claimedClocks(t, s, "p", 4, 21)
+	now := time.Now()
+	if err := s.Release(ctx, 21, ids[:1], now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Unclaim(ctx, ids[1:2], []int64{21}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fail(ctx, []alarm.Outcome{{ID: ids[2], Status: alarm.StatusPending, NextTryAt: now.Add(time.Second), Error: "nack"}},
+		[]int64{21}, now); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := s.AcquireLeases(ctx, "a", 1, time.Minute)
+	if err != nil || len(leases) != 1 {
+		t.Fatal(leases, err)
+	}
+	if n, err := s.RecoverFiring(ctx, 0, leases[0].Epoch+1, now.Add(time.Minute), nil, now); err != nil || n != 1 {
+		t.Fatalf("recovered %d (%v), want 1", n, err)
+	}
+	for i, how := range []string{"released", "unclaimed", "failed", "recovered"} {
+		var tok sql.NullInt64
+		if err := db.Get(&tok, "SELECT claim_token FROM clock WHERE id = ? AND status = 'pending'", ids[i]); err != nil {
+			t.Fatalf("%s: %v", how, err)
+		}
+		if tok != (sql.NullInt64{Valid: true}) {
+			t.Errorf("%s: claim_token %+v, want 0", how, tok)
+		}
+	}
+}

@@ -183,7 +183,7 @@ func (s *Store) Release(ctx context.Context, token int64, ids []int64, now time.
 		return nil
 	}
 	match, margs := idMatch(sortedIDs(ids))
-	q := `UPDATE ` + byID + ` SET ` + notAttempted + `, claim_token = NULL
+	q := `UPDATE ` + byID + ` SET ` + notAttempted + `, claim_token = ` + s.unclaimedToken() + `
 		WHERE ` + match + " AND " + claimedBy + "?)"
 	if err := s.execRetry(ctx, q, append(margs, token)...); err != nil {
 		return fmt.Errorf("release %d clocks of a lost claim: %w", len(ids), mapErr(err))
@@ -319,7 +319,7 @@ func (s *Store) Fail(ctx context.Context, outs []alarm.Outcome, tokens []int64, 
 	args = byIDTree(&b, args, sortByID(next))
 	b.WriteString(", last_error = ")
 	args = byIDTree(&b, args, sortByID(errs))
-	b.WriteString(", claim_token = NULL, update_time = ?")
+	b.WriteString(", claim_token = " + s.unclaimedToken() + ", update_time = ?")
 	args = append(args, ms(now))
 	ids := make([]int64, len(outs))
 	for i, o := range outs {
@@ -347,7 +347,7 @@ func (s *Store) Unclaim(ctx context.Context, ids, tokens []int64, now time.Time)
 		return nil
 	}
 	where, args := fence(ids, tokens)
-	if err := s.execRetry(ctx, "UPDATE "+byID+" SET "+notAttempted+", claim_token = NULL"+where, args...); err != nil {
+	if err := s.execRetry(ctx, "UPDATE "+byID+" SET "+notAttempted+", claim_token = "+s.unclaimedToken()+where, args...); err != nil {
 		return fmt.Errorf("unclaim %d clocks: %w", len(ids), mapErr(err))
 	}
 	return nil
@@ -398,7 +398,7 @@ func (s *Store) RecoverFiring(ctx context.Context, shard int, epoch int64, stale
 			return total, nil
 		}
 		match, margs := idMatch(sortedIDs(ids))
-		q := "UPDATE " + byID + " SET status = 'pending', claim_token = NULL, update_time = ? WHERE " + match + " AND " + cond
+		q := "UPDATE " + byID + " SET status = 'pending', claim_token = " + s.unclaimedToken() + ", update_time = ? WHERE " + match + " AND " + cond
 		var n int64
 		err := retryLocked(ctx, func() error {
 			res, err := s.db.ExecContext(ctx, q, append(append([]any{ms(now)}, margs...), args...)...)
