@@ -3,6 +3,8 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +27,8 @@ type claimCols struct {
 // before. Clocks of both forms are pending, load, claim, ring, cancel and
 // count alike.
 func TestClaimRoomFollowsEveryLiveInstance(t *testing.T) {
-	s, db := oneShardStore(t, mysql.StoreConfig{ClaimAhead: time.Second})
+	var logs mysql.LockedBuffer
+	s, db := oneShardStore(t, mysql.StoreConfig{ClaimAhead: time.Second, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	ctx := context.Background()
 	now := time.Now()
 	create := func(id string) int64 {
@@ -47,6 +50,9 @@ func TestClaimRoomFollowsEveryLiveInstance(t *testing.T) {
 	}
 	zero := claimCols{sql.NullInt64{Valid: true}, sql.NullInt64{Valid: true}, sql.NullInt64{Valid: true}}
 
+	if logs.String() != "" {
+		t.Fatalf("logged with every instance of this version: %s", logs.String())
+	}
 	roomy := create("roomy")
 	if c := cols(roomy); c != zero {
 		t.Fatalf("with every instance of this version: claim columns %+v, want 0, 0, 0", c)
@@ -58,6 +64,10 @@ func TestClaimRoomFollowsEveryLiveInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	heartbeat(t, s, "a")
+	heartbeat(t, s, "a")
+	if n := strings.Count(logs.String(), `"msg":"instances of an earlier version are live`); n != 1 || !strings.Contains(logs.String(), `"instances":1`) {
+		t.Fatalf("an earlier version live, logged %d times: %s", n, logs.String())
+	}
 	legacy := create("legacy")
 	if c := cols(legacy); c.Token.Valid {
 		t.Fatalf("with an earlier version live: claim_token %+v, want NULL", c.Token)
@@ -121,6 +131,9 @@ func TestClaimRoomFollowsEveryLiveInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	heartbeat(t, s, "a")
+	if !strings.Contains(logs.String(), `"msg":"every live instance is of this version`) {
+		t.Fatalf("the earlier version gone, not logged: %s", logs.String())
+	}
 	again := create("again")
 	if c := cols(again); c != zero {
 		t.Fatalf("earlier version gone: claim columns %+v, want 0, 0, 0", c)

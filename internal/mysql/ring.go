@@ -83,8 +83,8 @@ func sortedIDs(ids []int64) []int64 {
 	return out
 }
 
-// A claimed clock is firing: status stays 'pending' and claim_token is set
-// (claimed below). A claim writes no indexed column, so it moves no index
+// A claimed clock is firing: status stays 'pending' and claim_token is set,
+// not 0 (claimed below). A claim writes no indexed column, so it moves no index
 // entry: setting status = 'firing' moved the clock's entries in the three
 // status-bearing indexes, and the rung mark moved them again, about half of
 // MySQL's work per ring (docs/benchmarks.md, migration 00008). Rows claimed

@@ -167,8 +167,10 @@ type Store struct {
 	consecutiveIDs bool
 
 	// claimRoom: every live instance reads claim_token 0 as "not claimed"
-	// (see unclaimedToken); learnt at each heartbeat.
+	// (see unclaimedToken); learnt at each heartbeat, with olderLive, the
+	// number of live instances of earlier versions (-1 before the first).
 	claimRoom atomic.Bool
+	olderLive atomic.Int64
 }
 
 // unclaimedToken is what clockd writes to claim_token for a pending clock
@@ -244,6 +246,7 @@ func NewStore(db *sqlx.DB, cfg StoreConfig) *Store {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
+	s.olderLive.Store(-1)
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(s.batchRows, s.batchDur)
 	}
@@ -458,7 +461,7 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 // transition changes a clock with a conditional UPDATE (only from the given
 // statuses) and reads it back, in one transaction.
 func (s *Store) transition(ctx context.Context, k alarm.Key, verb, set string, setArgs []any, now time.Time, from ...alarm.Status) (alarm.Clock, error) {
-	// a claimed clock (firing) has status 'pending' and a claim_token
+	// a claimed clock (firing) has status 'pending' and a claim_token, not 0
 	q := "UPDATE clock SET " + set + ", op_token = ?, update_time = ? WHERE application = ? AND business_id = ? AND status IN (" +
 		placeholders(len(from)) + ") AND " + notClaimed
 	return s.change(ctx, k, verb, func(tx *sqlx.Tx, token int64) (bool, error) {
