@@ -4,7 +4,7 @@
 -- bytes, and a record that changes size is not updated in place: InnoDB
 -- deletes and reinserts it in its page and reorganizes or splits the page
 -- when the page has no room. That was half of the server's work for a
--- claim: 24-27 us of mysqld CPU per clock against 12-14 in place
+-- claim: 24-26 us of mysqld CPU per clock against 13-16 in place
 -- (BenchmarkClaim500, docs/benchmarks.md).
 --
 -- Now a new clock is written with the room its claim needs:
