@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/mysql"
 )
@@ -17,6 +19,18 @@ type claimCols struct {
 	Token sql.NullInt64 `db:"claim_token"`
 	Epoch sql.NullInt64 `db:"claim_epoch"`
 	Time  sql.NullInt64 `db:"claim_time"`
+}
+
+// roomy is what a clock not yet claimed holds: 0, 0, 0.
+var roomy = claimCols{sql.NullInt64{Valid: true}, sql.NullInt64{Valid: true}, sql.NullInt64{Valid: true}}
+
+func claimColsOf(t *testing.T, db *sqlx.DB, id int64) claimCols {
+	t.Helper()
+	var c claimCols
+	if err := db.Get(&c, "SELECT claim_token, claim_epoch, claim_time FROM clock WHERE id = ?", id); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // A new clock is written with the room its claim needs (claim_token,
@@ -40,21 +54,12 @@ func TestClaimRoomFollowsEveryLiveInstance(t *testing.T) {
 		}
 		return r[0].Clock.ID
 	}
-	cols := func(id int64) claimCols {
-		t.Helper()
-		var c claimCols
-		if err := db.Get(&c, "SELECT claim_token, claim_epoch, claim_time FROM clock WHERE id = ?", id); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	zero := claimCols{sql.NullInt64{Valid: true}, sql.NullInt64{Valid: true}, sql.NullInt64{Valid: true}}
 
 	if logs.String() != "" {
 		t.Fatalf("logged with every instance of this version: %s", logs.String())
 	}
-	roomy := create("roomy")
-	if c := cols(roomy); c != zero {
+	first := create("roomy")
+	if c := claimColsOf(t, db, first); c != roomy {
 		t.Fatalf("with every instance of this version: claim columns %+v, want 0, 0, 0", c)
 	}
 
@@ -69,7 +74,7 @@ func TestClaimRoomFollowsEveryLiveInstance(t *testing.T) {
 		t.Fatalf("an earlier version live, logged %d times: %s", n, logs.String())
 	}
 	legacy := create("legacy")
-	if c := cols(legacy); c.Token.Valid {
+	if c := claimColsOf(t, db, legacy); c.Token.Valid {
 		t.Fatalf("with an earlier version live: claim_token %+v, want NULL", c.Token)
 	}
 
@@ -97,7 +102,7 @@ func TestClaimRoomFollowsEveryLiveInstance(t *testing.T) {
 	}
 
 	// both are claimed, firing, and rung; a rung clock's claim_token is NULL
-	got, err := s.Claim(ctx, "a", leases, []int64{roomy, legacy}, 41, now.Add(time.Second), now)
+	got, err := s.Claim(ctx, "a", leases, []int64{first, legacy}, 41, now.Add(time.Second), now)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("claimed %+v %v, want both", got, err)
 	}
@@ -106,25 +111,25 @@ func TestClaimRoomFollowsEveryLiveInstance(t *testing.T) {
 			t.Fatalf("claimed %+v, want firing, attempt 1", c)
 		}
 	}
-	if c := cols(roomy); c.Token.Int64 != 41 || c.Epoch.Int64 != leases[0].Epoch || c.Time.Int64 != now.UnixMilli() {
+	if c := claimColsOf(t, db, first); c.Token.Int64 != 41 || c.Epoch.Int64 != leases[0].Epoch || c.Time.Int64 != now.UnixMilli() {
 		t.Fatalf("claimed: %+v", c)
 	}
 	counts, err = s.CountClocks(ctx)
 	if err != nil || counts[alarm.StatusFiring] != 2 {
 		t.Fatalf("counts %v %v, want 2 firing", counts, err)
 	}
-	if err := s.MarkRung(ctx, []alarm.Rung{{ID: roomy, At: now}, {ID: legacy, At: now}}, []int64{41}); err != nil {
+	if err := s.MarkRung(ctx, []alarm.Rung{{ID: first, At: now}, {ID: legacy, At: now}}, []int64{41}); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []int64{roomy, legacy} {
-		if c := cols(id); c.Token.Valid {
+	for _, id := range []int64{first, legacy} {
+		if c := claimColsOf(t, db, id); c.Token.Valid {
 			t.Fatalf("rung clock %d: claim_token %+v, want NULL", id, c.Token)
 		}
 	}
 
 	// the earlier version is gone: new clocks have room again, and cancel
 	cancelled := create("cancelled")
-	if c := cols(cancelled); c.Token.Valid {
+	if c := claimColsOf(t, db, cancelled); c.Token.Valid {
 		t.Fatalf("earlier version still live: claim_token %+v, want NULL", c.Token)
 	}
 	if _, err := db.Exec("UPDATE clock_instance SET expires_at = 0 WHERE instance_id = 'old'"); err != nil {
@@ -135,7 +140,7 @@ func TestClaimRoomFollowsEveryLiveInstance(t *testing.T) {
 		t.Fatalf("the earlier version gone, not logged: %s", logs.String())
 	}
 	again := create("again")
-	if c := cols(again); c != zero {
+	if c := claimColsOf(t, db, again); c != roomy {
 		t.Fatalf("earlier version gone: claim columns %+v, want 0, 0, 0", c)
 	}
 	for _, k := range []string{"cancelled", "again"} {
@@ -159,11 +164,7 @@ func TestReplayLeavesRoomForTheClaim(t *testing.T) {
 	if err != nil || c.Status != alarm.StatusPending {
 		t.Fatalf("replay: %s %v", c.Status, err)
 	}
-	var cc claimCols
-	if err := db.Get(&cc, "SELECT claim_token, claim_epoch, claim_time FROM clock WHERE id = ?", ids[0]); err != nil {
-		t.Fatal(err)
-	}
-	if cc != (claimCols{sql.NullInt64{Valid: true}, sql.NullInt64{Valid: true}, sql.NullInt64{Valid: true}}) {
+	if cc := claimColsOf(t, db, ids[0]); cc != roomy {
 		t.Fatalf("replayed: claim columns %+v, want 0, 0, 0", cc)
 	}
 }

@@ -174,7 +174,7 @@ func (s *Store) Failing(ctx context.Context, until time.Time, limit int) (groups
 	if err := s.db.SelectContext(ctx, &rows, `SELECT application, last_error, COUNT(*) AS n, MAX(attempts) AS max_attempts,
 			MIN(business_id) AS sample, MAX(update_time) AS last_at
 		FROM (SELECT application, status, claim_token, COALESCE(last_error, '') AS last_error, attempts, business_id, update_time `+from+`) t
-		WHERE attempts > 0 AND (status = 'pending' AND COALESCE(claim_token, 0) = 0 OR last_error <> '') GROUP BY application, last_error ORDER BY n DESC, application, last_error LIMIT 100`, args...); err != nil {
+		WHERE attempts > 0 AND (status = 'pending' AND `+notClaimed+` OR last_error <> '') GROUP BY application, last_error ORDER BY n DESC, application, last_error LIMIT 100`, args...); err != nil {
 		return nil, 0, fmt.Errorf("failing clocks: %w", mapErr(err))
 	}
 	for _, r := range rows {

@@ -29,14 +29,13 @@ func (s *Store) Heartbeat(ctx context.Context, instanceID, httpAddr string, star
 	if err := s.db.GetContext(ctx, &without, "SELECT COUNT(*) FROM clock_instance WHERE expires_at > "+dbNowMS+" AND claim_room = 0"); err != nil {
 		return fmt.Errorf("heartbeat: %w", mapErr(err))
 	}
-	s.claimRoom.Store(without == 0)
 	// said once when instances of an earlier version appear and once when
 	// the last of them is gone (an upgrade or a rollback in progress)
 	if was := s.olderLive.Swap(int64(without)); (was > 0) != (without > 0) {
 		if without > 0 {
 			s.log.Info("instances of an earlier version are live: new clocks are written without room for their claim until they are gone",
 				"instances", without)
-		} else if was > 0 {
+		} else {
 			s.log.Info("every live instance is of this version: new clocks are written with room for their claim")
 		}
 	}

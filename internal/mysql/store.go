@@ -166,10 +166,9 @@ type Store struct {
 	// ids follow from LAST_INSERT_ID() without a second round trip.
 	consecutiveIDs bool
 
-	// claimRoom: every live instance reads claim_token 0 as "not claimed"
-	// (see unclaimedToken); learnt at each heartbeat, with olderLive, the
-	// number of live instances of earlier versions (-1 before the first).
-	claimRoom atomic.Bool
+	// olderLive is the number of live instances that do not read
+	// claim_token 0 as "not claimed" (earlier versions), learnt at each
+	// heartbeat; -1 before the first (see unclaimedToken).
 	olderLive atomic.Int64
 }
 
@@ -182,7 +181,7 @@ type Store struct {
 // a claim (docs/benchmarks.md). With NULL, earlier versions running side
 // by side still read the clock as pending and can claim it.
 func (s *Store) unclaimedToken() string {
-	if s.claimRoom.Load() {
+	if s.olderLive.Load() == 0 {
 		return "0"
 	}
 	return "NULL"
