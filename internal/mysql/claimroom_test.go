@@ -204,3 +204,34 @@ func TestBackToPendingKeepsRoomForTheClaim(t *testing.T) {
 		}
 	}
 }
+
+// Until its first heartbeat a store does not know whether an instance of an
+// earlier version is live, so it writes new clocks as that version reads
+// them: claim_token NULL. Its first heartbeat (with no earlier version
+// live) gives new clocks room for their claim.
+func TestNoRoomBeforeTheFirstHeartbeat(t *testing.T) {
+	db, _ := schemaDB(t, true)
+	if _, err := mysql.SetupShards(context.Background(), db, 1); err != nil {
+		t.Fatal(err)
+	}
+	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	now := time.Now()
+	create := func(id string) int64 {
+		t.Helper()
+		r := s.Create(ctx, []alarm.NewClock{{Application: "app", BusinessID: id, Payload: "{}",
+			ContentType: "application/json", RingAt: now.Add(time.Hour)}}, now)
+		if r[0].Err != nil {
+			t.Fatal(r[0].Err)
+		}
+		return r[0].Clock.ID
+	}
+	if c := claimColsOf(t, db, create("before")); c.Token.Valid {
+		t.Fatalf("before the first heartbeat: claim_token %+v, want NULL", c.Token)
+	}
+	heartbeat(t, s, "a")
+	if c := claimColsOf(t, db, create("after")); c != roomy {
+		t.Fatalf("after the first heartbeat: claim columns %+v, want 0, 0, 0", c)
+	}
+}
