@@ -436,6 +436,13 @@ func (r *Report) sections(withCharts bool) []section {
 			{"ring rate", rr},
 			{"lateness", fmtSummary(g.Lateness)},
 		}}
+		if len(g.WorstWindows) > 0 {
+			worst := make([]string, len(g.WorstWindows))
+			for i, w := range g.WorstWindows {
+				worst[i] = w.String()
+			}
+			s.Rows = append(s.Rows, [2]string{"worst 0.5 s of ring times", strings.Join(worst, "; ")})
+		}
 		if b := r.Broker; x.g == r.Ring && b != nil && b.Paced != nil && b.Paced.PacedPct == g.PctOfCeiling {
 			s.Rows = append(s.Rows, [2]string{"the broker alone", fmt.Sprintf("at this rate (broker scenario, paced): publish->consume p50 %s p99 %s p99.9 %s",
 				fmtMs(b.Paced.HopLatency.P50), fmtMs(b.Paced.HopLatency.P99), fmtMs(b.Paced.HopLatency.P999))})

@@ -24,7 +24,8 @@ func sampleReport() *Report {
 		Application: "bench-x-ring", N: 5000, Created: 5000, Received: 4999, Lost: 1, Early: 1,
 		RingRate: 5000, TargetRate: 5000, Lateness: summarize(append([]time.Duration(nil), lat...)),
 		LatenessHist: histogram(lat), Timeline: tl.Export(), Notes: []string{"a <note> & more"},
-		Anomalies: map[string]int{"x-clock-ring-at": 2},
+		Anomalies:    map[string]int{"x-clock-ring-at": 2},
+		WorstWindows: []LateWindow{{StartS: 4.5, Count: 2500, P50: 80, P99: 210, Max: 211}},
 	}
 	return &Report{
 		Tool: "clockbench", RunID: "abcd", StartedAt: start, FinishedAt: start.Add(time.Minute), Addr: "http://127.0.0.1:8080",
@@ -203,7 +204,8 @@ func TestReportHTMLAndText(t *testing.T) {
 		"== MySQL ceilings ==", "7,000 rows/s", "== broker ceiling ==", "20,000/s with 4 channel(s)", "2.14× the one-row autocommit INSERT ceiling",
 		"50% of the 500-row INSERT ceiling", "drain 17,500/s (88% of the broker ceiling 20,000/s)", "PASS", "FAIL",
 		"paced at 25% (1 channel)", "5,000/s asked, 4,990/s confirmed",
-		"the broker alone           at this rate (broker scenario, paced): publish->consume p50 1.25 ms p99 7.50 ms p99.9 14.0 ms"} {
+		"the broker alone           at this rate (broker scenario, paced): publish->consume p50 1.25 ms p99 7.50 ms p99.9 14.0 ms",
+		"worst 0.5 s of ring times  4.5-5.0 s: p50 80.0 ms p99 210 ms max 211 ms"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -162,26 +165,33 @@ type RingResult struct {
 	// ceiling when the rate was picked from it, else 0.
 	PctOfCeiling float64 `json:"target_pct_of_broker_ceiling,omitempty"`
 
-	Received          int            `json:"received"`
-	Deliveries        int            `json:"deliveries"`
-	Duplicates        int            `json:"duplicates"`
-	Early             int            `json:"early"`
-	EarlySamples      []string       `json:"early_samples,omitempty"`
-	Lost              int            `json:"lost"`
-	LostStatus        map[string]int `json:"lost_status,omitempty"`
-	LostSamples       []string       `json:"lost_samples,omitempty"`
-	Unexpected        int            `json:"unexpected"`
-	Anomalies         map[string]int `json:"anomalies,omitempty"`
-	AnomalySamples    []string       `json:"anomaly_samples,omitempty"`
-	Retried           int            `json:"retried_attempt_gt_1"`
-	Lateness          Summary        `json:"lateness"`
-	LatenessHist      []Bucket       `json:"lateness_histogram,omitempty"`
-	RingRate          float64        `json:"ring_rate"`
-	RingRatePctBroker float64        `json:"ring_rate_pct_of_broker,omitempty"`
-	FirstReceiptS     float64        `json:"first_receipt_after_first_ring_at_s"`
-	LastReceiptS      float64        `json:"last_receipt_after_first_ring_at_s"`
-	WaitedS           float64        `json:"waited_after_last_ring_at_s"`
-	RungCheck         string         `json:"rung_check,omitempty"`
+	Received       int            `json:"received"`
+	Deliveries     int            `json:"deliveries"`
+	Duplicates     int            `json:"duplicates"`
+	Early          int            `json:"early"`
+	EarlySamples   []string       `json:"early_samples,omitempty"`
+	Lost           int            `json:"lost"`
+	LostStatus     map[string]int `json:"lost_status,omitempty"`
+	LostSamples    []string       `json:"lost_samples,omitempty"`
+	Unexpected     int            `json:"unexpected"`
+	Anomalies      map[string]int `json:"anomalies,omitempty"`
+	AnomalySamples []string       `json:"anomaly_samples,omitempty"`
+	Retried        int            `json:"retried_attempt_gt_1"`
+	Lateness       Summary        `json:"lateness"`
+	LatenessHist   []Bucket       `json:"lateness_histogram,omitempty"`
+	// LatenessWindows is the lateness of the clocks due in each
+	// lateWindow of ring time (not for the hot second), and
+	// WorstWindows the three of them with the highest max: a stall (a
+	// periodic job, a slow statement) shows as one window far above the
+	// rest, a machine at its limit as many.
+	LatenessWindows   []LateWindow `json:"lateness_windows,omitempty"`
+	WorstWindows      []LateWindow `json:"worst_windows,omitempty"`
+	RingRate          float64      `json:"ring_rate"`
+	RingRatePctBroker float64      `json:"ring_rate_pct_of_broker,omitempty"`
+	FirstReceiptS     float64      `json:"first_receipt_after_first_ring_at_s"`
+	LastReceiptS      float64      `json:"last_receipt_after_first_ring_at_s"`
+	WaitedS           float64      `json:"waited_after_last_ring_at_s"`
+	RungCheck         string       `json:"rung_check,omitempty"`
 	// clockd's CPU seconds (utime+stime) in the create phase and from its
 	// end until the last ring arrived (plus -settle); 0 without -rss-pid.
 	ClockdCPUCreateS float64 `json:"clockd_cpu_create_phase_s,omitempty"`
@@ -427,6 +437,10 @@ wait:
 
 	// evaluate
 	var lateness []time.Duration
+	var byWindow map[int][]time.Duration
+	if !hot {
+		byWindow = map[int][]time.Duration{}
+	}
 	count := make([]int, n)
 	var first, last time.Time
 	anomaly := func(kind, sample string) {
@@ -459,6 +473,10 @@ wait:
 		due := plan.ringAt(i)
 		late := r.recv.Sub(due)
 		lateness = append(lateness, late)
+		if byWindow != nil {
+			w := int(due.Sub(plan.firstDue) / lateWindow)
+			byWindow[w] = append(byWindow[w], late)
+		}
 		if late < 0 {
 			res.Early++
 			if len(res.EarlySamples) < 10 {
@@ -515,6 +533,7 @@ wait:
 	}
 	res.Lateness = summarize(lateness)
 	res.LatenessHist = histogram(lateness)
+	res.LatenessWindows, res.WorstWindows = lateWindows(byWindow)
 	res.Timeline = tl.Export()
 
 	if res.Lost > 0 {
@@ -525,6 +544,34 @@ wait:
 		name, res.Received, res.Created, res.RingRate, res.Lateness.P50, res.Lateness.P99, res.Lateness.P999, res.Lateness.Max,
 		res.Early, res.Lost, res.Duplicates)
 	return res, nil
+}
+
+// lateWindow is the span of ring times whose lateness LateWindow sums up.
+const lateWindow = 500 * time.Millisecond
+
+// LateWindow is the lateness of the clocks due in one lateWindow.
+type LateWindow struct {
+	StartS float64 `json:"start_s"` // after the first ring time
+	Count  int     `json:"count"`
+	P50    float64 `json:"p50_ms"`
+	P99    float64 `json:"p99_ms"`
+	Max    float64 `json:"max_ms"`
+}
+
+func (w LateWindow) String() string {
+	return fmt.Sprintf("%.1f-%.1f s: p50 %s p99 %s max %s", w.StartS, w.StartS+lateWindow.Seconds(), fmtMs(w.P50), fmtMs(w.P99), fmtMs(w.Max))
+}
+
+// lateWindows sums up the lateness of each window, in time order, and
+// picks the three with the highest max (worst first).
+func lateWindows(byWindow map[int][]time.Duration) (all, worst []LateWindow) {
+	for _, w := range slices.Sorted(maps.Keys(byWindow)) {
+		s := summarize(byWindow[w])
+		all = append(all, LateWindow{StartS: (time.Duration(w) * lateWindow).Seconds(), Count: s.Count, P50: s.P50, P99: s.P99, Max: s.Max})
+	}
+	worst = slices.Clone(all)
+	slices.SortStableFunc(worst, func(a, b LateWindow) int { return cmp.Compare(b.Max, a.Max) })
+	return all, worst[:min(3, len(worst))]
 }
 
 func (p *ringPlan) bid(i int) string { return p.prefix + strconv.Itoa(i) }

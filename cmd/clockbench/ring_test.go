@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,6 +188,45 @@ func TestRingScenarioAgainstFake(t *testing.T) {
 	}
 	if res.RingRate <= 0 || res.Timeline == nil || len(res.LatenessHist) == 0 {
 		t.Errorf("rate %v timeline %v hist %v", res.RingRate, res.Timeline, res.LatenessHist)
+	}
+	// 600 ms of ring times: two windows, holding every received clock
+	inWindows := 0
+	for _, w := range res.LatenessWindows {
+		inWindows += w.Count
+	}
+	if len(res.LatenessWindows) != 2 || inWindows != 299 || len(res.WorstWindows) != 2 {
+		t.Errorf("lateness windows %+v (worst %+v), want 2 holding 299 clocks", res.LatenessWindows, res.WorstWindows)
+	}
+}
+
+// The lateness of each half second of ring times, in order, and the three
+// windows with the latest ring first: a stall stands out.
+func TestLateWindows(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	all, worst := lateWindows(map[int][]time.Duration{
+		0: ms(1, 2, 3), 1: ms(2, 2, 200), 3: ms(1, 1, 1), 4: ms(5, 6, 40), 7: ms(9),
+	})
+	var starts []float64
+	for _, w := range all {
+		starts = append(starts, w.StartS)
+	}
+	if !slices.Equal(starts, []float64{0, 0.5, 1.5, 2, 3.5}) || all[1].Count != 3 || all[1].P50 != 2 || all[1].Max != 200 {
+		t.Fatalf("windows %+v", all)
+	}
+	if len(worst) != 3 || worst[0].StartS != 0.5 || worst[1].StartS != 2 || worst[2].StartS != 3.5 {
+		t.Fatalf("worst %+v, want the windows at 0.5, 2 and 3.5 s", worst)
+	}
+	if got := worst[0].String(); got != "0.5-1.0 s: p50 2.00 ms p99 200 ms max 200 ms" {
+		t.Fatalf("printed %q", got)
+	}
+	if all, worst := lateWindows(nil); all != nil || len(worst) != 0 {
+		t.Fatalf("no clocks: %+v %+v", all, worst)
 	}
 }
 
