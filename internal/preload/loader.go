@@ -31,9 +31,9 @@ type loader struct {
 	backAt     time.Time
 	backID     int64
 	backDone   bool
-	lastFull   time.Time
-	movedBack  uint64 // bumped when the live cursor moves back (offer, reset)
-	backReset  uint64 // bumped when the backlog cursor moves back (reset)
+	nextFull   time.Time // when the next full rescan falls due (see rescanAfter)
+	movedBack  uint64    // bumped when the live cursor moves back (offer, reset)
+	backReset  uint64    // bumped when the backlog cursor moves back (reset)
 
 	rescanSeen int64 // the last clock_shard.rescan_at acted on (lease keeper only)
 
@@ -91,7 +91,7 @@ func (l *loader) reset() {
 	l.liveAt, l.liveID = l.boundary, math.MaxInt64
 	l.backAt, l.backID = time.UnixMilli(math.MinInt64/2), 0
 	l.backDone = false
-	l.lastFull = time.Now()
+	l.nextFull = l.rescanAfter(time.Now())
 	// a load running meanwhile (reset is called by the lease keeper too)
 	// must not move the cursors forward again when its query ends
 	l.movedBack++
@@ -115,7 +115,7 @@ func (l *loader) run(ctx context.Context) {
 				}
 			}
 		}
-		if time.Since(l.lastFullTime()) >= l.m.cfg.Rescan {
+		if !time.Now().Before(l.nextFullTime()) {
 			l.recoverStale(ctx)
 			l.reset()
 		}
@@ -131,10 +131,33 @@ func (l *loader) run(ctx context.Context) {
 	}
 }
 
-func (l *loader) lastFullTime() time.Time {
+func (l *loader) nextFullTime() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.lastFull
+	return l.nextFull
+}
+
+// rescanAfter is the first moment after t at which the shard's full rescan
+// falls due. Each shard has its own moment in every Rescan interval (shard
+// i at i/Shards of it, by the wall clock), so that the shards of an
+// instance, and of a cluster, do not re-read their windows all at once: at
+// 14,000 rings/s the 32 shards' windows hold 140,000 clocks, and reading
+// them in one go stalled the rings for 200 ms (2 cores). A rescan comes
+// within Rescan of the previous one, and every Rescan while none is asked
+// for in between.
+func (l *loader) rescanAfter(t time.Time) time.Time {
+	r := int64(l.m.cfg.Rescan)
+	if r <= 0 {
+		return t // no interval: a full rescan at every pass
+	}
+	n := int64(max(l.m.cfg.Shards, 1))
+	phase := r / n * (int64(l.shard) % n)
+	k := (t.UnixNano() - phase) / r
+	next := k*r + phase
+	for next <= t.UnixNano() {
+		next += r
+	}
+	return time.Unix(0, next)
 }
 
 // recoverStale puts back clocks left firing too long (the safety net for a
