@@ -157,7 +157,10 @@ func (l *loader) rescanAfter(t time.Time) time.Time {
 	for next <= t.UnixNano() {
 		next += r
 	}
-	return time.Unix(0, next)
+	// t plus the wait, not the wall-clock instant: t's monotonic reading
+	// carries over, so a step of the system clock (NTP setting it back an
+	// hour) neither delays the rescan nor brings it forward
+	return t.Add(time.Duration(next - t.UnixNano()))
 }
 
 // recoverStale puts back clocks left firing too long (the safety net for a

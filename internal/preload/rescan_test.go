@@ -106,3 +106,18 @@ func TestLoadersStartedTogetherRescanApart(t *testing.T) {
 			shards, spread, every/shards)
 	}
 }
+
+// The moment of the next rescan keeps the monotonic reading of the time it
+// was reckoned from: a step of the wall clock does not move it.
+func TestRescanMomentKeepsTheMonotonicClock(t *testing.T) {
+	m := &Manager{cfg: Config{Shards: 4, Rescan: 30 * time.Second}}
+	l := &loader{m: m, shard: 1}
+	now := time.Now()
+	next := l.rescanAfter(now)
+	if d := next.Sub(now); d <= 0 || d > 30*time.Second {
+		t.Fatalf("next rescan in %v", d)
+	}
+	if next == next.Round(0) { // Round(0) strips the monotonic reading
+		t.Fatalf("the next rescan (%s) lost the monotonic reading of now (%s)", next, now)
+	}
+}
