@@ -33,6 +33,17 @@ func claimColsOf(t *testing.T, db *sqlx.DB, id int64) claimCols {
 	return c
 }
 
+// pendingClock creates clock app/id due at ringAt and returns its id.
+func pendingClock(t *testing.T, s *mysql.Store, id string, ringAt, now time.Time) int64 {
+	t.Helper()
+	r := createOne(t, s, alarm.NewClock{Application: "app", BusinessID: id, Payload: "{}",
+		ContentType: "application/json", RingAt: ringAt}, now)
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	return r.Clock.ID
+}
+
 // A new clock is written with the room its claim needs (claim_token,
 // claim_epoch and claim_time 0, not NULL: the claim then updates the record
 // in place) only while every live instance reads claim_token 0 as "not
@@ -45,15 +56,7 @@ func TestClaimRoomFollowsEveryLiveInstance(t *testing.T) {
 	s, db := oneShardStore(t, mysql.StoreConfig{ClaimAhead: time.Second, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	ctx := context.Background()
 	now := time.Now()
-	create := func(id string) int64 {
-		t.Helper()
-		r := s.Create(ctx, []alarm.NewClock{{Application: "app", BusinessID: id, Payload: "{}",
-			ContentType: "application/json", RingAt: now}}, now)
-		if r[0].Err != nil {
-			t.Fatal(r[0].Err)
-		}
-		return r[0].Clock.ID
-	}
+	create := func(id string) int64 { return pendingClock(t, s, id, now, now) }
 
 	if logs.String() != "" {
 		t.Fatalf("logged with every instance of this version: %s", logs.String())
@@ -210,23 +213,9 @@ func TestBackToPendingKeepsRoomForTheClaim(t *testing.T) {
 // them: claim_token NULL. Its first heartbeat (with no earlier version
 // live) gives new clocks room for their claim.
 func TestNoRoomBeforeTheFirstHeartbeat(t *testing.T) {
-	db, _ := schemaDB(t, true)
-	if _, err := mysql.SetupShards(context.Background(), db, 1); err != nil {
-		t.Fatal(err)
-	}
-	s := mysql.NewStore(db, mysql.StoreConfig{Shards: 1})
-	t.Cleanup(s.Close)
-	ctx := context.Background()
+	s, db := oneShardStoreUnannounced(t, mysql.StoreConfig{})
 	now := time.Now()
-	create := func(id string) int64 {
-		t.Helper()
-		r := s.Create(ctx, []alarm.NewClock{{Application: "app", BusinessID: id, Payload: "{}",
-			ContentType: "application/json", RingAt: now.Add(time.Hour)}}, now)
-		if r[0].Err != nil {
-			t.Fatal(r[0].Err)
-		}
-		return r[0].Clock.ID
-	}
+	create := func(id string) int64 { return pendingClock(t, s, id, now.Add(time.Hour), now) }
 	if c := claimColsOf(t, db, create("before")); c.Token.Valid {
 		t.Fatalf("before the first heartbeat: claim_token %+v, want NULL", c.Token)
 	}

@@ -14,8 +14,18 @@ import (
 )
 
 // oneShardStore is a migrated store with one shard, on the test's own
-// database (cfg.Shards is set to 1).
+// database (cfg.Shards is set to 1), that has sent its first heartbeat.
 func oneShardStore(t *testing.T, cfg mysql.StoreConfig) (*mysql.Store, *sqlx.DB) {
+	t.Helper()
+	s, db := oneShardStoreUnannounced(t, cfg)
+	// as in a cluster of this version: clocks are written with room for
+	// their claim, claim_token 0 (claimroom_test.go has both forms)
+	heartbeat(t, s, "a")
+	return s, db
+}
+
+// oneShardStoreUnannounced is oneShardStore before its first heartbeat.
+func oneShardStoreUnannounced(t *testing.T, cfg mysql.StoreConfig) (*mysql.Store, *sqlx.DB) {
 	t.Helper()
 	db, _ := schemaDB(t, true)
 	if _, err := mysql.SetupShards(context.Background(), db, 1); err != nil {
@@ -24,9 +34,6 @@ func oneShardStore(t *testing.T, cfg mysql.StoreConfig) (*mysql.Store, *sqlx.DB)
 	cfg.Shards = 1
 	s := mysql.NewStore(db, cfg)
 	t.Cleanup(s.Close)
-	// as in a cluster of this version: clocks are written with room for
-	// their claim, claim_token 0 (claimroom_test.go has both forms)
-	heartbeat(t, s, "a")
 	return s, db
 }
 

@@ -152,15 +152,11 @@ func (l *loader) rescanAfter(t time.Time) time.Time {
 	}
 	n := int64(max(l.m.cfg.Shards, 1))
 	phase := r / n * (int64(l.shard) % n)
-	k := (t.UnixNano() - phase) / r
-	next := k*r + phase
-	for next <= t.UnixNano() {
-		next += r
-	}
+	since := ((t.UnixNano()-phase)%r + r) % r // since the shard's last moment, in [0, r)
 	// t plus the wait, not the wall-clock instant: t's monotonic reading
 	// carries over, so a step of the system clock (NTP setting it back an
 	// hour) neither delays the rescan nor brings it forward
-	return t.Add(time.Duration(next - t.UnixNano()))
+	return t.Add(time.Duration(r - since))
 }
 
 // recoverStale puts back clocks left firing too long (the safety net for a
