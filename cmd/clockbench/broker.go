@@ -49,7 +49,12 @@ type BrokerRun struct {
 	Consumed   int           `json:"consumed"`
 	HopLatency Summary       `json:"publish_to_consume_latency"`
 	Timeline   *TimelineJSON `json:"timeline,omitempty"`
-	Notes      []string      `json:"notes,omitempty"`
+	// CPU is the machine's CPU use in the measured window, and
+	// CPUPerMsgUS its CPU time per message confirmed in it: what the broker
+	// and its clients (clockbench publishing and consuming) cost a message.
+	CPU         *CPUUse  `json:"cpu_measured_window,omitempty"`
+	CPUPerMsgUS float64  `json:"machine_cpu_us_per_msg,omitempty"`
+	Notes       []string `json:"notes,omitempty"`
 }
 
 // bestRun returns the index of the run with the highest confirmed rate
@@ -182,12 +187,14 @@ func brokerRun(ctx context.Context, cfg *config, conn, cconn *amqp.Connection, e
 	// the confirms counted at the edges of the measured window
 	var a [2]int64
 	var at [2]time.Time
+	var marks [2]cpuMark
 	for i, edge := range []time.Time{t0, deadline} {
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Until(edge)):
 		}
 		a[i], at[i] = acked.Load(), time.Now()
+		marks[i] = readCPU(cfg.rssPID)
 	}
 	wg.Wait()
 	close(errc)
@@ -226,6 +233,8 @@ func brokerRun(ctx context.Context, cfg *config, conn, cconn *amqp.Connection, e
 	res.Unconfirm = res.Published - res.Acked - res.Nacked
 	res.MeasuredS = at[1].Sub(at[0]).Seconds()
 	res.Rate = rate(int(a[1]-a[0]), at[1].Sub(at[0]))
+	u := cpuBetween(marks[0], marks[1], cfg.rssPID)
+	res.CPU, res.CPUPerMsgUS = &u, u.perOp(int(a[1]-a[0]))
 	res.Consumed = consumed
 	res.HopLatency = summarize(hops)
 	res.Timeline = tl.Export()

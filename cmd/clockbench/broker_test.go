@@ -39,6 +39,9 @@ func TestBrokerScenario(t *testing.T) {
 		if x.Consumed != x.Acked {
 			t.Errorf("%d channels: consumed %d of %d confirmed", x.Publishers, x.Consumed, x.Acked)
 		}
+		if x.CPU == nil || x.CPU.Machine <= 0 || x.CPU.Cores < 1 || x.CPUPerMsgUS <= 0 {
+			t.Errorf("%d channels: CPU in the measured window %+v, %v µs per message", x.Publishers, x.CPU, x.CPUPerMsgUS)
+		}
 	}
 	if best := res.Runs[bestRun(res.Runs)]; best.Publishers != res.Publishers || best.Rate != res.Rate {
 		t.Errorf("ceiling %d channels %.0f/s is not the best run %+v", res.Publishers, res.Rate, best)

@@ -49,15 +49,19 @@ type config struct {
 	httpTimeout  time.Duration
 	token        string // API token (clockd with auth.mode tokens)
 
-	n        int
-	nSet     bool // -n given: ring uses it as is instead of picking from the broker ceiling
-	span     time.Duration
-	lead     time.Duration
-	leadSet  bool // -lead given: use it as is
-	grace    time.Duration
-	settle   time.Duration
-	hotN     int
-	prefetch int
+	n       int
+	nSet    bool // -n given: ring uses it as is instead of picking from the broker ceiling
+	span    time.Duration
+	lead    time.Duration
+	leadSet bool // -lead given: use it as is
+	grace   time.Duration
+	settle  time.Duration
+	// quietBusy, quietMax: before each scenario, wait (quietMax at most)
+	// until the machine is less than quietBusy % busy
+	quietBusy float64
+	quietMax  time.Duration
+	hotN      int
+	prefetch  int
 
 	brokerPublishers []int
 	brokerWindow     int
@@ -133,6 +137,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.DurationVar(&c.lead, "lead", 5*time.Second, "ring, hot: time from the start of the create phase to the first ring time; unless given, raised to 2s + 2 × n / the create rate measured in the run")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "ring, hot: a clock not received this long after the last ring time is lost")
 	fs.DurationVar(&c.settle, "settle", time.Second, "ring, hot: keep consuming this long after the last clock arrived, to catch duplicates")
+	fs.Float64Var(&c.quietBusy, "quiet-busy", 20, "before each scenario, wait until the machine's cores are less than this % busy over half a second (what the previous scenario left behind, such as MySQL flushing, is done), -quiet-max at most; 0: do not wait")
+	fs.DurationVar(&c.quietMax, "quiet-max", 30*time.Second, "the longest wait for a quiet machine before a scenario")
 	fs.IntVar(&c.hotN, "hot-n", 100000, "hot: clocks all due within the same second")
 	fs.IntVar(&c.prefetch, "prefetch", 1000, "consumer prefetch (acks are sent every prefetch/4 messages, multiple)")
 
@@ -233,6 +239,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		if d <= 0 {
 			bad(name, "must be positive, got %s", d)
 		}
+	}
+	if c.quietBusy < 0 || c.quietBusy > 100 {
+		bad("quiet-busy", "must be in 0..100, got %g", c.quietBusy)
+	}
+	if c.quietMax < 0 {
+		bad("quiet-max", "must not be negative, got %s", c.quietMax)
 	}
 	if c.lead < 0 || c.grace < 0 || c.settle < 0 || c.ceilingWarmup < 0 {
 		bad("lead/grace/settle/ceiling-warmup", "must not be negative")

@@ -36,7 +36,9 @@ type Report struct {
 	Recurring  *RecurringResult    `json:"recurring,omitempty"`
 	RSS        *RSSResult          `json:"rss,omitempty"`
 	CPU        map[string]CPUUse   `json:"cpu_by_scenario,omitempty"`
-	Costs      []Cost              `json:"clockd_cpu_cost,omitempty"`
+	// Quiet is the wait for a quiet machine before each scenario
+	Quiet map[string]QuietWait `json:"quiet_wait_by_scenario,omitempty"`
+	Costs []Cost               `json:"clockd_cpu_cost,omitempty"`
 	// the local MySQL and RabbitMQ processes whose CPU time is reported
 	// beside clockd's, and why one is not
 	Servers     []server `json:"servers,omitempty"`
@@ -97,12 +99,15 @@ func (r *Report) addCosts(s string) {
 type ceilings struct {
 	broker, insertOne, insertMulti, update float64
 	multiRows                              int
+	// brokerCPU is the machine's CPU time per message at the broker
+	// ceiling, in microseconds (0: not measured)
+	brokerCPU float64
 }
 
 func (r *Report) ceilings() ceilings {
 	var c ceilings
 	if r.Broker != nil {
-		c.broker = r.Broker.Rate
+		c.broker, c.brokerCPU = r.Broker.Rate, r.Broker.CPUPerMsgUS
 	}
 	if m := r.MySQL; m != nil {
 		if m.InsertOne != nil {
@@ -227,6 +232,33 @@ type section struct {
 	Charts []template.HTML
 }
 
+// fmtDrainCPU tells the machine's CPU use between the first ring received
+// and the last, its CPU time per ring, and what rate the machine's cores
+// would allow at that cost, against the broker ceiling's cost per message.
+func fmtDrainCPU(u CPUUse, perRing float64, ceil ceilings) string {
+	var procs []string
+	if u.Clockd > 0 {
+		procs = append(procs, fmt.Sprintf("clockd %.0f%%", u.Clockd))
+	}
+	for _, k := range sortedFloatKeys(u.Servers) {
+		procs = append(procs, fmt.Sprintf("%s %.0f%%", k, u.Servers[k]))
+	}
+	procs = append(procs, fmt.Sprintf("clockbench %.0f%%", u.Clockbench))
+	out := fmt.Sprintf("first to last receipt: machine %.0f%% busy (%g cores; %s of a core); %.0f µs of the machine's CPU per ring",
+		u.Machine, u.Cores, strings.Join(procs, ", "), perRing)
+	if ceil.brokerCPU > 0 {
+		out += fmt.Sprintf(" (%.0f µs per message at the broker ceiling)", ceil.brokerCPU)
+	}
+	if u.Cores > 0 {
+		allow := u.Cores * 1e6 / perRing
+		out += fmt.Sprintf("; at that cost the cores allow %s", fmtRate(allow))
+		if ceil.broker > 0 {
+			out += fmt.Sprintf(" = %.0f%% of the broker ceiling", pct(allow, ceil.broker))
+		}
+	}
+	return out
+}
+
 func fmtInt(n int) string {
 	s := strconv.Itoa(n)
 	neg := strings.HasPrefix(s, "-")
@@ -341,9 +373,13 @@ func (r *Report) sections(withCharts bool) []section {
 			if len(b.Runs) > 1 && x.Publishers == b.Publishers {
 				mark = "  <- ceiling"
 			}
+			cpu := ""
+			if x.CPU != nil && x.CPUPerMsgUS > 0 {
+				cpu = fmt.Sprintf("; machine %.0f%% busy, %.0f µs of CPU per message", x.CPU.Machine, x.CPUPerMsgUS)
+			}
 			s.Rows = append(s.Rows, [2]string{fmt.Sprintf("%d channel(s)", x.Publishers),
-				fmt.Sprintf("%s confirmed (%s in all, %.1f s), publish->consume p50 %s p99 %s%s",
-					fmtRate(x.Rate), fmtInt(x.Acked), x.ElapsedS, fmtMs(x.HopLatency.P50), fmtMs(x.HopLatency.P99), mark)})
+				fmt.Sprintf("%s confirmed (%s in all, %.1f s), publish->consume p50 %s p99 %s%s%s",
+					fmtRate(x.Rate), fmtInt(x.Acked), x.ElapsedS, fmtMs(x.HopLatency.P50), fmtMs(x.HopLatency.P99), cpu, mark)})
 		}
 		s.Rows = append(s.Rows,
 			[2]string{"ceiling", fmt.Sprintf("%s with %d channel(s)", fmtRate(b.Rate), b.Publishers)},
@@ -436,6 +472,9 @@ func (r *Report) sections(withCharts bool) []section {
 			{"ring rate", rr},
 			{"lateness", fmtSummary(g.Lateness)},
 		}}
+		if g.DrainCPU != nil && g.CPUPerRingUS > 0 {
+			s.Rows = append(s.Rows, [2]string{"CPU while ringing", fmtDrainCPU(*g.DrainCPU, g.CPUPerRingUS, ceil)})
+		}
 		if len(g.WorstWindows) > 0 {
 			worst := make([]string, len(g.WorstWindows))
 			for i, w := range g.WorstWindows {
@@ -543,7 +582,15 @@ func (r *Report) sections(withCharts bool) []section {
 				for _, k := range sortedFloatKeys(u.Servers) {
 					v += fmt.Sprintf("  %s %3.0f%%", k, u.Servers[k])
 				}
-				s.Rows = append(s.Rows, [2]string{name, v + "  load " + u.LoadAvg})
+				v += "  load " + u.LoadAvg
+				if q, ok := r.Quiet[name]; ok {
+					if q.Quiet {
+						v += fmt.Sprintf("  (began after %.1f s, the machine %.0f%% busy)", q.WaitedS, q.BusyPct)
+					} else {
+						v += fmt.Sprintf("  (began NOT quiet: the machine still %.0f%% busy after %.1f s)", q.BusyPct, q.WaitedS)
+					}
+				}
+				s.Rows = append(s.Rows, [2]string{name, v})
 			}
 		}
 		out = append(out, s)

@@ -31,15 +31,18 @@ func sampleReport() *Report {
 		Tool: "clockbench", RunID: "abcd", StartedAt: start, FinishedAt: start.Add(time.Minute), Addr: "http://127.0.0.1:8080",
 		Machine: Machine{NProc: 2, MemTotalMiB: 24000, GoVersion: "go1.26"}, Flags: map[string]string{"n": "5000"},
 		Scenarios: []string{"mysql", "broker", "create", "batch", "ring", "hot"},
-		Broker: &BrokerResult{BrokerRun: BrokerRun{Publishers: 4, Rate: 20000, Acked: 200000, Timeline: tl.Export()},
-			Runs:  []BrokerRun{{Publishers: 1, Rate: 12000}, {Publishers: 4, Rate: 20000}},
+		Broker: &BrokerResult{BrokerRun: BrokerRun{Publishers: 4, Rate: 20000, Acked: 200000, Timeline: tl.Export(), CPUPerMsgUS: 80},
+			Runs: []BrokerRun{{Publishers: 1, Rate: 12000},
+				{Publishers: 4, Rate: 20000, CPU: &CPUUse{Machine: 88}, CPUPerMsgUS: 80}},
 			Paced: &BrokerRun{Publishers: 1, PacedPct: 25, TargetRate: 5000, Rate: 4990, HopLatency: Summary{Count: 5, P50: 1.25, P99: 7.5, P999: 14}}},
 		MySQL: &MySQLCeilingResult{Version: "10.11", Database: "clockbench_ceiling_abcd", Dropped: true,
 			InsertOne:   &CeilingRun{What: "one-row autocommit INSERT", Clients: 64, RowsPerStmt: 1, Rate: 7000},
 			InsertBatch: &CeilingRun{What: "500-row INSERT", Clients: 4, RowsPerStmt: 500, Rate: 60000},
 			Update:      &CeilingRun{What: "500-id UPDATE", Clients: 4, RowsPerStmt: 500, Rate: 50000}},
 		Batch: &CreateResult{Clients: 4, BatchSize: 500, Clocks: 300000, Rate: 30000},
-		Hot:   &RingResult{Application: "bench-x-hot", N: 100000, Created: 100000, Received: 100000, RingRate: 17500, LastReceiptS: 5.5},
+		Hot: &RingResult{Application: "bench-x-hot", N: 100000, Created: 100000, Received: 100000, RingRate: 17500, LastReceiptS: 5.5,
+			DrainCPU:     &CPUUse{Machine: 96.5, Cores: 2, Clockd: 30, Clockbench: 15, Servers: map[string]float64{"mysql": 70, "rabbitmq": 75}},
+			CPUPerRingUS: 125},
 		Create: &CreateResult{Clients: 64, Clocks: 150000, Rate: 15000, Latency: summarize([]time.Duration{time.Millisecond, 30 * time.Millisecond}),
 			LatencyHist: histogram([]time.Duration{time.Millisecond, 30 * time.Millisecond}), Timeline: tl.Export()},
 		Ring: ring,
@@ -177,6 +180,8 @@ func TestReportJSON(t *testing.T) {
 func TestReportHTMLAndText(t *testing.T) {
 	r := sampleReport()
 	r.Ring.PctOfCeiling = 25 // the rate of the broker's paced run: the ring section shows it
+	r.CPU = map[string]CPUUse{"ring": {Machine: 60, Clockbench: 10, LoadAvg: "1.00 1.00 1.00"}, "hot": {Machine: 70, LoadAvg: "2.00 1.00 1.00"}}
+	r.Quiet = map[string]QuietWait{"ring": {WaitedS: 2.5, BusyPct: 12, Quiet: true}, "hot": {WaitedS: 30, BusyPct: 45}}
 	r.evaluate()
 	var buf bytes.Buffer
 	if err := r.writeHTML(&buf); err != nil {
@@ -205,7 +210,13 @@ func TestReportHTMLAndText(t *testing.T) {
 		"50% of the 500-row INSERT ceiling", "drain 17,500/s (88% of the broker ceiling 20,000/s)", "PASS", "FAIL",
 		"paced at 25% (1 channel)", "5,000/s asked, 4,990/s confirmed",
 		"the broker alone           at this rate (broker scenario, paced): publish->consume p50 1.25 ms p99 7.50 ms p99.9 14.0 ms",
-		"worst 0.5 s of ring times  4.5-5.0 s: p50 80.0 ms p99 210 ms max 211 ms"} {
+		"worst 0.5 s of ring times  4.5-5.0 s: p50 80.0 ms p99 210 ms max 211 ms",
+		"load 1.00 1.00 1.00  (began after 2.5 s, the machine 12% busy)",
+		"load 2.00 1.00 1.00  (began NOT quiet: the machine still 45% busy after 30.0 s)",
+		"20,000/s confirmed (0 in all, 0.0 s), publish->consume p50 0.00 ms p99 0.00 ms; machine 88% busy, 80 µs of CPU per message  <- ceiling",
+		// 2 cores at 125 µs a ring: 16,000 rings/s
+		"CPU while ringing          first to last receipt: machine 96% busy (2 cores; clockd 30%, mysql 70%, rabbitmq 75%, clockbench 15% of a core); " +
+			"125 µs of the machine's CPU per ring (80 µs per message at the broker ceiling); at that cost the cores allow 16,000/s = 80% of the broker ceiling"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}

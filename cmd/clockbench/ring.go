@@ -199,8 +199,16 @@ type RingResult struct {
 	// the same for the local MySQL and RabbitMQ processes, by name
 	ServerCPUCreateS map[string]float64 `json:"server_cpu_create_phase_s,omitempty"`
 	ServerCPURingS   map[string]float64 `json:"server_cpu_ring_phase_s,omitempty"`
-	Timeline         *TimelineJSON      `json:"timeline,omitempty"`
-	Notes            []string           `json:"notes,omitempty"`
+	// DrainCPU is the machine's CPU use between two readings of the CPU
+	// counters that lie between the first ring received and the last (when
+	// those are at least minDrainCPUSpan apart), and CPUPerRingUS the
+	// machine's CPU time per ring received between those readings: with
+	// the broker ceiling's CPU per message it tells whether the cores were
+	// the limit.
+	DrainCPU     *CPUUse       `json:"cpu_first_to_last_receipt,omitempty"`
+	CPUPerRingUS float64       `json:"machine_cpu_us_per_ring,omitempty"`
+	Timeline     *TimelineJSON `json:"timeline,omitempty"`
+	Notes        []string      `json:"notes,omitempty"`
 }
 
 // ringRec is one received message, reduced to what the checks need.
@@ -390,6 +398,15 @@ func runRing(ctx context.Context, cfg *config, a *api, app string, hot bool, bat
 	wg.Wait()
 	createEnd := time.Now()
 	mark1 := readCPU(cfg.rssPID)
+	series := startCPUSeries(cfg.rssPID, cpuSeriesEvery)
+	seriesStopped := false
+	stopSeries := func() {
+		if !seriesStopped {
+			seriesStopped = true
+			series.stop()
+		}
+	}
+	defer stopSeries()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -428,6 +445,7 @@ wait:
 		}
 	}
 	res.WaitedS = time.Since(lastDue).Seconds()
+	stopSeries()
 	if cfg.rssPID > 0 {
 		mark2 := readCPU(cfg.rssPID)
 		res.ClockdCPUCreateS, res.ClockdCPURingS = clockdSeconds(mark0, mark1), clockdSeconds(mark1, mark2)
@@ -531,6 +549,12 @@ wait:
 		res.FirstReceiptS = first.Sub(plan.firstDue).Seconds()
 		res.LastReceiptS = last.Sub(plan.firstDue).Seconds()
 	}
+	if last.Sub(first) >= minDrainCPUSpan {
+		if a, b, ok := series.window(first, last); ok {
+			u := cpuBetween(a, b, cfg.rssPID)
+			res.DrainCPU, res.CPUPerRingUS = &u, u.perOp(receivedBetween(recs, a.at, b.at))
+		}
+	}
 	res.Lateness = summarize(lateness)
 	res.LatenessHist = histogram(lateness)
 	res.LatenessWindows, res.WorstWindows = lateWindows(byWindow)
@@ -545,6 +569,25 @@ wait:
 		res.Early, res.Lost, res.Duplicates)
 	return res, nil
 }
+
+// receivedBetween counts the receipts in [from, to].
+func receivedBetween(recs []ringRec, from, to time.Time) int {
+	n := 0
+	for i := range recs {
+		if t := recs[i].recv; !t.Before(from) && !t.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// The CPU counters are read every cpuSeriesEvery while the rings come; the
+// CPU of a drain shorter than minDrainCPUSpan is not told (the counters
+// tick every 10 ms, and the readings bracket the drain).
+const (
+	cpuSeriesEvery  = 100 * time.Millisecond
+	minDrainCPUSpan = time.Second
+)
 
 // lateWindow is the span of ring times whose lateness LateWindow sums up.
 const lateWindow = 500 * time.Millisecond

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,7 +165,7 @@ func TestRingScenarioAgainstFake(t *testing.T) {
 	faults := map[string]string{"r5": "early", "r7": "drop", "r9": "dup"}
 	srv := startFake(t, url, exchange, func(bid string) string { return faults[bid] })
 	cfg := testConfig(t, "-addr", srv.URL, "-amqp", url, "-exchange", exchange,
-		"-n", "300", "-span", "600ms", "-lead", "500ms", "-grace", "1s", "-settle", "200ms", "-batch-size", "100")
+		"-n", "300", "-span", "1200ms", "-lead", "500ms", "-grace", "1s", "-settle", "200ms", "-batch-size", "100")
 	a, err := newAPI(cfg.addr, 8, 10*time.Second, "")
 	if err != nil {
 		t.Fatal(err)
@@ -189,13 +191,53 @@ func TestRingScenarioAgainstFake(t *testing.T) {
 	if res.RingRate <= 0 || res.Timeline == nil || len(res.LatenessHist) == 0 {
 		t.Errorf("rate %v timeline %v hist %v", res.RingRate, res.Timeline, res.LatenessHist)
 	}
-	// 600 ms of ring times: two windows, holding every received clock
+	// 1.2 s of ring times: three windows, holding every received clock
 	inWindows := 0
 	for _, w := range res.LatenessWindows {
 		inWindows += w.Count
 	}
-	if len(res.LatenessWindows) != 2 || inWindows != 299 || len(res.WorstWindows) != 2 {
-		t.Errorf("lateness windows %+v (worst %+v), want 2 holding 299 clocks", res.LatenessWindows, res.WorstWindows)
+	if len(res.LatenessWindows) != 3 || inWindows != 299 || len(res.WorstWindows) != 3 {
+		t.Errorf("lateness windows %+v (worst %+v), want 3 holding 299 clocks", res.LatenessWindows, res.WorstWindows)
+	}
+	// over a second from the first receipt to the last: the machine's CPU
+	// in between is told, per ring
+	if u := res.DrainCPU; u == nil || u.Cores < 1 || u.Machine < 0 || u.Machine > 100 || u.WallS < 0.5 || res.CPUPerRingUS <= 0 {
+		t.Errorf("CPU while ringing %+v, %v µs per ring", u, res.CPUPerRingUS)
+	}
+}
+
+// The CPU of a drain is told between two readings within it, and per ring
+// received between those readings.
+func TestCPUSeriesWindow(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	s := &cpuSeries{}
+	for i := range 10 { // a reading every 100 ms; the machine 2 cores, half busy
+		s.marks = append(s.marks, cpuMark{at: t0.Add(time.Duration(i) * 100 * time.Millisecond),
+			total: float64(i) * 20, idle: float64(i) * 10})
+	}
+	a, b, ok := s.window(t0.Add(150*time.Millisecond), t0.Add(720*time.Millisecond))
+	if !ok || !a.at.Equal(t0.Add(200*time.Millisecond)) || !b.at.Equal(t0.Add(700*time.Millisecond)) {
+		t.Fatalf("window = %v .. %v (%v), want the readings at 200 and 700 ms", a.at, b.at, ok)
+	}
+	u := cpuBetween(a, b, 0)
+	if u.Machine != 50 || u.Cores != 2 || math.Abs(u.MachineBusyS-0.5) > 1e-9 {
+		t.Errorf("use %+v, want 50%% of 2 cores, 0.5 CPU s", u)
+	}
+	if got := u.perOp(1000); math.Abs(got-500) > 1e-9 {
+		t.Errorf("per op = %v µs, want 500", got)
+	}
+	if got := u.perOp(0); got != 0 {
+		t.Errorf("per op of nothing = %v, want 0", got)
+	}
+	recs := []ringRec{{recv: t0.Add(100 * time.Millisecond)}, {recv: t0.Add(200 * time.Millisecond)},
+		{recv: t0.Add(450 * time.Millisecond)}, {recv: t0.Add(700 * time.Millisecond)}, {recv: t0.Add(701 * time.Millisecond)}}
+	if n := receivedBetween(recs, a.at, b.at); n != 3 {
+		t.Errorf("received between = %d, want 3", n)
+	}
+	for _, w := range [][2]time.Duration{{150 * time.Millisecond, 180 * time.Millisecond}, {-time.Second, -time.Millisecond}, {850 * time.Millisecond, 2 * time.Second}} {
+		if _, _, ok := s.window(t0.Add(w[0]), t0.Add(w[1])); ok {
+			t.Errorf("window %v: ok with fewer than two readings in it", w)
+		}
 	}
 }
 
@@ -240,7 +282,7 @@ func TestRunAgainstFake(t *testing.T) {
 		"-mysql", mysqlDSN, "-ceiling-warmup", "100ms", "-ceiling-duration", "300ms", "-sweep", "1,2", "-sweep-all",
 		"-duration", "300ms", "-clients", "4", "-batch-size", "50", "-batch-clients", "2",
 		"-n", "200", "-span", "300ms", "-lead", "400ms", "-hot-n", "500", "-grace", "1s", "-settle", "100ms",
-		"-rss-pid", strconv.Itoa(os.Getpid())}
+		"-rss-pid", strconv.Itoa(os.Getpid()), "-quiet-max", "500ms"}
 	env := map[string]string{"CLOCKD_ADDR": srv.URL, "CLOCKD_AMQP_URL": url}
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr)
@@ -302,6 +344,44 @@ func TestRunAgainstFake(t *testing.T) {
 	if rep.RSS.MaxMiB <= 0 {
 		t.Errorf("rss %+v", rep.RSS)
 	}
+	// each scenario looked at the machine's CPU first (half a second, as
+	// -quiet-max allows one look)
+	for _, s := range rep.Scenarios {
+		if q, ok := rep.Quiet[s]; !ok || q.WaitedS < 0.45 || q.WaitedS > 5 || q.BusyPct < 0 || q.BusyPct > 100 {
+			t.Errorf("%s: quiet wait %+v (%v)", s, q, ok)
+		}
+	}
+}
+
+// Before a scenario, clockbench waits for a quiet machine; it gives up
+// after -quiet-max on a busy one.
+func TestWaitQuiet(t *testing.T) {
+	ctx := context.Background()
+	if q := waitQuiet(ctx, 100.5, 5*time.Second); !q.Quiet || q.WaitedS < 0.45 || q.WaitedS > 1.5 {
+		t.Errorf("any machine is under 100.5%% busy: %+v", q)
+	}
+	// every core busy
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range runtime.NumCPU() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	q := waitQuiet(ctx, 5, 1200*time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if q.Quiet || q.BusyPct < 50 || q.WaitedS < 0.9 || q.WaitedS > 2.5 {
+		t.Errorf("with every core spinning: %+v, want not quiet after two looks", q)
+	}
 }
 
 func TestRunFailsOnEarlyRing(t *testing.T) {
@@ -352,6 +432,7 @@ func TestParseConfig(t *testing.T) {
 		{"-scenario", "nope"}, {"-batch-size", "1001"}, {"-clients", "0"}, {"-span", "0s"}, {"extra"},
 		{"-broker-publishers", "0"}, {"-broker-publishers", ""}, {"-sweep", "x"}, {"-sweep", "", "-scenario", "sweep"},
 		{"-ring-pct", "0"}, {"-ceiling-duration", "0s"}, {"-mysql", "not a dsn"},
+		{"-quiet-busy", "-1"}, {"-quiet-busy", "101"}, {"-quiet-max", "-1s"},
 	} {
 		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("parseConfig(%q) accepted", args)

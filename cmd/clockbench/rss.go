@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -13,10 +15,15 @@ import (
 
 // CPUUse is the CPU used during one scenario, in percent of one core.
 type CPUUse struct {
-	Machine    float64 `json:"machine_busy_pct"` // of all cores: 100 = every core busy
-	Clockd     float64 `json:"clockd_pct,omitempty"`
-	ClockdCPUS float64 `json:"clockd_cpu_s,omitempty"` // utime+stime of clockd during the scenario
-	Clockbench float64 `json:"clockbench_pct"`
+	Machine float64 `json:"machine_busy_pct"` // of all cores: 100 = every core busy
+	// MachineBusyS is the CPU time every process of the machine used (all
+	// cores, from /proc/stat), Cores the cores it counts, WallS the span
+	MachineBusyS float64 `json:"machine_busy_cpu_s,omitempty"`
+	Cores        float64 `json:"cores,omitempty"`
+	WallS        float64 `json:"wall_s,omitempty"`
+	Clockd       float64 `json:"clockd_pct,omitempty"`
+	ClockdCPUS   float64 `json:"clockd_cpu_s,omitempty"` // utime+stime of clockd during the scenario
+	Clockbench   float64 `json:"clockbench_pct"`
 	// the local MySQL and RabbitMQ processes (see findServers), by name:
 	// percent of one core, and CPU seconds
 	Servers    map[string]float64 `json:"server_pct,omitempty"`
@@ -107,7 +114,12 @@ func cpuBetween(a, b cpuMark, pid int) CPUUse {
 	u := CPUUse{}
 	if d := b.total - a.total; d > 0 {
 		u.Machine = 100 * (1 - (b.idle-a.idle)/d)
+		u.MachineBusyS = max(0, d-(b.idle-a.idle)) * jiffy
+		if wall > 0 {
+			u.Cores = math.Round(d * jiffy / wall)
+		}
 	}
+	u.WallS = wall
 	if wall > 0 {
 		u.Clockbench = 100 * (b.self - a.self) * jiffy / wall
 		if pid > 0 {
@@ -130,6 +142,127 @@ func cpuBetween(a, b cpuMark, pid int) CPUUse {
 	return u
 }
 
+// perOp is the machine's CPU time per operation in microseconds (0 when
+// there is none to divide).
+func (u CPUUse) perOp(n int) float64 {
+	if n <= 0 || u.MachineBusyS <= 0 {
+		return 0
+	}
+	return u.MachineBusyS / float64(n) * 1e6
+}
+
+// cpuSeries reads the CPU counters every interval, so that the CPU use
+// between two moments known only afterwards (the first and the last ring
+// received) can be told.
+type cpuSeries struct {
+	mu    sync.Mutex
+	marks []cpuMark
+	tick  *ticking
+}
+
+func startCPUSeries(pid int, every time.Duration) *cpuSeries {
+	s := &cpuSeries{}
+	s.tick = startTicking(every, func() {
+		m := readCPU(pid)
+		s.mu.Lock()
+		s.marks = append(s.marks, m)
+		s.mu.Unlock()
+	})
+	return s
+}
+
+// stop ends the readings.
+func (s *cpuSeries) stop() { s.tick.stop() }
+
+// ticking calls a function at once and then every interval, in its own
+// goroutine, until stopped.
+type ticking struct {
+	stopc, done chan struct{}
+}
+
+func startTicking(every time.Duration, f func()) *ticking {
+	t := &ticking{stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		for {
+			f()
+			select {
+			case <-t.stopc:
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	return t
+}
+
+// stop returns once the function has run for the last time.
+func (t *ticking) stop() {
+	close(t.stopc)
+	<-t.done
+}
+
+// window returns the first reading at or after from and the last one at or
+// before to: the span they bound lies within [from, to]; ok is false when
+// the series has no two readings there.
+func (s *cpuSeries) window(from, to time.Time) (a, b cpuMark, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ia, ib := -1, -1
+	for i, m := range s.marks {
+		if ia < 0 && !m.at.Before(from) {
+			ia = i
+		}
+		if !m.at.After(to) {
+			ib = i
+		}
+	}
+	if ia < 0 || ib <= ia {
+		return cpuMark{}, cpuMark{}, false
+	}
+	return s.marks[ia], s.marks[ib], true
+}
+
+// QuietWait is the wait for a quiet machine before a scenario.
+type QuietWait struct {
+	WaitedS float64 `json:"waited_s"`
+	// BusyPct is the machine's last half second before the scenario began,
+	// in percent of all cores
+	BusyPct float64 `json:"busy_pct"`
+	Quiet   bool    `json:"quiet"` // under the threshold, not given up
+}
+
+// quietProbe is how long each look at the machine's CPU lasts.
+const quietProbe = 500 * time.Millisecond
+
+// waitQuiet waits until the machine's cores were less than busyPct % busy
+// over one quietProbe, at most maxWait: a scenario then does not start
+// while what the previous one left behind (MySQL flushing its dirty pages
+// and purging, the broker's clean-up) still takes the cores.
+func waitQuiet(ctx context.Context, busyPct float64, maxWait time.Duration) QuietWait {
+	start := time.Now()
+	var w QuietWait
+	for {
+		a := readCPU(0)
+		select {
+		case <-ctx.Done():
+			return w
+		case <-time.After(quietProbe):
+		}
+		w.BusyPct = cpuBetween(a, readCPU(0), 0).Machine
+		w.WaitedS = time.Since(start).Seconds()
+		if w.BusyPct < busyPct {
+			w.Quiet = true
+			return w
+		}
+		if time.Since(start)+quietProbe > maxWait {
+			return w
+		}
+	}
+}
+
 // RSSResult is the resident memory of the clockd process during the run.
 type RSSResult struct {
 	PID        int                `json:"pid"`
@@ -145,25 +278,12 @@ type rssSampler struct {
 	mu       sync.Mutex
 	res      RSSResult
 	phaseMax float64
-	stopc    chan struct{}
-	done     chan struct{}
+	tick     *ticking
 }
 
 func startRSS(pid int) *rssSampler {
-	s := &rssSampler{res: RSSResult{PID: pid, ByScenario: map[string]float64{}}, stopc: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			s.sample()
-			select {
-			case <-s.stopc:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	s := &rssSampler{res: RSSResult{PID: pid, ByScenario: map[string]float64{}}}
+	s.tick = startTicking(100*time.Millisecond, s.sample)
 	return s
 }
 
@@ -201,8 +321,7 @@ func (s *rssSampler) resetPhase() {
 }
 
 func (s *rssSampler) stop() *RSSResult {
-	close(s.stopc)
-	<-s.done
+	s.tick.stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.res
