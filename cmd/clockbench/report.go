@@ -232,6 +232,15 @@ type section struct {
 	Charts []template.HTML
 }
 
+// fmtBrokerCPU tells the machine's CPU in a broker run's measured window
+// (empty when not measured).
+func fmtBrokerCPU(x BrokerRun) string {
+	if x.CPU == nil || x.CPUPerMsgUS <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; machine %.0f%% busy, %.0f µs of CPU per message", x.CPU.Machine, x.CPUPerMsgUS)
+}
+
 // fmtDrainCPU tells the machine's CPU use between the first ring received
 // and the last, its CPU time per ring, and what rate the machine's cores
 // would allow at that cost, against the broker ceiling's cost per message.
@@ -373,10 +382,7 @@ func (r *Report) sections(withCharts bool) []section {
 			if len(b.Runs) > 1 && x.Publishers == b.Publishers {
 				mark = "  <- ceiling"
 			}
-			cpu := ""
-			if x.CPU != nil && x.CPUPerMsgUS > 0 {
-				cpu = fmt.Sprintf("; machine %.0f%% busy, %.0f µs of CPU per message", x.CPU.Machine, x.CPUPerMsgUS)
-			}
+			cpu := fmtBrokerCPU(x)
 			s.Rows = append(s.Rows, [2]string{fmt.Sprintf("%d channel(s)", x.Publishers),
 				fmt.Sprintf("%s confirmed (%s in all, %.1f s), publish->consume p50 %s p99 %s%s%s",
 					fmtRate(x.Rate), fmtInt(x.Acked), x.ElapsedS, fmtMs(x.HopLatency.P50), fmtMs(x.HopLatency.P99), cpu, mark)})
@@ -387,7 +393,7 @@ func (r *Report) sections(withCharts bool) []section {
 			[2]string{"publish->consume", fmtSummary(b.HopLatency)})
 		if x := b.Paced; x != nil {
 			s.Rows = append(s.Rows, [2]string{fmt.Sprintf("paced at %g%% (1 channel)", x.PacedPct),
-				fmt.Sprintf("%s asked, %s confirmed; publish->consume %s", fmtRate(x.TargetRate), fmtRate(x.Rate), fmtSummary(x.HopLatency))})
+				fmt.Sprintf("%s asked, %s confirmed; publish->consume %s%s", fmtRate(x.TargetRate), fmtRate(x.Rate), fmtSummary(x.HopLatency), fmtBrokerCPU(*x))})
 			s.Notes = append(s.Notes, x.Notes...)
 		}
 		for _, x := range b.Runs {
@@ -483,8 +489,8 @@ func (r *Report) sections(withCharts bool) []section {
 			s.Rows = append(s.Rows, [2]string{"worst 0.5 s of ring times", strings.Join(worst, "; ")})
 		}
 		if b := r.Broker; x.g == r.Ring && b != nil && b.Paced != nil && b.Paced.PacedPct == g.PctOfCeiling {
-			s.Rows = append(s.Rows, [2]string{"the broker alone", fmt.Sprintf("at this rate (broker scenario, paced): publish->consume p50 %s p99 %s p99.9 %s",
-				fmtMs(b.Paced.HopLatency.P50), fmtMs(b.Paced.HopLatency.P99), fmtMs(b.Paced.HopLatency.P999))})
+			s.Rows = append(s.Rows, [2]string{"the broker alone", fmt.Sprintf("at this rate (broker scenario, paced): publish->consume p50 %s p99 %s p99.9 %s%s",
+				fmtMs(b.Paced.HopLatency.P50), fmtMs(b.Paced.HopLatency.P99), fmtMs(b.Paced.HopLatency.P999), fmtBrokerCPU(*b.Paced))})
 		}
 		s.Rows = append(s.Rows, [][2]string{
 			{"early / lost / duplicates", fmt.Sprintf("%d / %d / %d   %s", g.Early, g.Lost, g.Duplicates, verdict)},
