@@ -158,16 +158,47 @@ func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, i
 	if err := s.execRetry(ctx, b.String(), args...); err != nil {
 		return nil, fmt.Errorf("claim %d clocks: %w", len(ids), mapErr(err))
 	}
-	var rows []row
 	q := "SELECT " + ringCols + " FROM " + byID + " WHERE " + match + " AND " + claimedBy + "?)"
-	if err := s.db.SelectContext(ctx, &rows, q, append(margs, token)...); err != nil {
+	out, err := s.ringClocks(ctx, q, append(margs, token)...)
+	if err != nil {
 		return nil, fmt.Errorf("read claimed clocks: %w", mapErr(err))
 	}
-	out := make([]alarm.Clock, len(rows))
-	for i, r := range rows {
-		out[i] = r.clock()
-	}
 	return out, nil
+}
+
+// ringClocks runs a SELECT of ringCols and returns its clocks. Each row is
+// scanned into its fields directly (ringDests), not by sqlx's reflection
+// over the struct, which cost about 0.6 µs of clockd's CPU per claimed
+// clock on top of the scan itself (BenchmarkClaim500's self-cpu, 4.2 ->
+// 3.6 µs; docs/benchmarks.md).
+func (s *Store) ringClocks(ctx context.Context, q string, args ...any) ([]alarm.Clock, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []alarm.Clock
+	var r row
+	dests := r.ringDests()
+	for rows.Next() {
+		r = row{}
+		if err := rows.Scan(dests...); err != nil {
+			return nil, err
+		}
+		out = append(out, r.clock())
+	}
+	return out, rows.Err()
+}
+
+// ringDests are the scan destinations of ringCols, in its order (a test
+// checks them against the columns' db tags).
+func (r *row) ringDests() []any {
+	return []any{&r.ID, &r.Application, &r.BusinessID, &r.Shard, &r.Status, &r.Payload, &r.ContentType,
+		&r.TargetRingAt, &r.LatestRingAt, &r.MaxAttempts, &r.Attempts, &r.NextTryTime, &r.LastError, &r.RungAt,
+		&r.CreateTime, &r.UpdateTime, &r.OpToken, &r.ClaimToken,
+		&r.Cron, &r.TimeZone, &r.EveryMS, &r.Start, &r.End, &r.MaxOccur, &r.Occurrences, &r.Misfire,
+		&r.CatchUpLimit, &r.DeadlineMS, &r.Paused,
+		&r.ReplayedAttempts}
 }
 
 // notAttempted undoes the attempt a claim counted, for a clock that was
