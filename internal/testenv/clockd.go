@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,15 +59,53 @@ func ClockdBinary(t testing.TB) string {
 	return buildPath
 }
 
-// FreeAddr returns a free 127.0.0.1 TCP address.
+// FreeAddr returns a free 127.0.0.1 TCP address for a server a test starts.
+//
+// The port is below the kernel's ephemeral range: a port the kernel hands
+// out for ":0" is also what it hands out as the source port of outgoing
+// connections, and between this check and the server's own bind, one of
+// the many MySQL and AMQP connections of the tests running alongside can
+// take it (a RabbitMQ node then fails to start with eaddrinuse, as seen in
+// CI). A port below the range is never taken that way.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	ln := listenFree(t)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// listenFree listens on a free 127.0.0.1 port below the kernel's ephemeral
+// range (see FreeAddr), for a listener that may close and listen on the
+// same address again (a proxy cut and restored).
+func listenFree(t testing.TB) net.Listener {
+	t.Helper()
+	lo, hi := serverPortRange()
+	for range 200 {
+		port := lo + rand.IntN(hi-lo)
+		if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			return ln
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return ln
+}
+
+// serverPortRange is where FreeAddr picks ports: the 10,000 ports below the
+// kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range; Linux's
+// default 32768-60999 elsewhere), never below 1024.
+func serverPortRange() (lo, hi int) {
+	first := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 1024 {
+				first = n
+			}
+		}
+	}
+	return max(1024, first-10000), first
 }
 
 // Clockd is a clockd process started by a test.

@@ -88,10 +88,7 @@ func (l *link) close() {
 // connection to target. It is closed when the test ends.
 func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenFree(t) // Restore listens on the same port again
 	p := &Proxy{t: t, Addr: ln.Addr().String(), target: target, links: map[*link]struct{}{}}
 	p.serve(ln)
 	t.Cleanup(func() {

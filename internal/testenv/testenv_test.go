@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"fmt"
+	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -76,5 +78,37 @@ func TestUnreachableServerFailsNeverSkips(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// FreeAddr's ports lie below the kernel's ephemeral range, where no
+// outgoing connection can take them before the test's server binds, and
+// can be listened on.
+func TestFreeAddrIsBelowTheEphemeralRange(t *testing.T) {
+	lo, hi := serverPortRange()
+	if lo < 1024 || hi <= lo {
+		t.Fatalf("range %d..%d", lo, hi)
+	}
+	seen := map[string]bool{}
+	for range 20 {
+		addr := FreeAddr(t)
+		_, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, _ := strconv.Atoi(p)
+		if port < lo || port >= hi {
+			t.Errorf("port %d outside %d..%d", port, lo, hi-1)
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("%s: %v", addr, err)
+			continue
+		}
+		ln.Close()
+		seen[addr] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("%d distinct addresses of 20", len(seen))
 	}
 }
