@@ -119,15 +119,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return &c, 0
 	}
 	runScenario := func(s string) {
-		if cfg.quietBusy > 0 {
-			q := waitQuiet(ctx, cfg.quietBusy, cfg.quietMax)
+		if q, ok := quietBefore(ctx, cfg, s, logf); ok {
 			if rep.Quiet == nil {
 				rep.Quiet = map[string]QuietWait{}
 			}
 			rep.Quiet[s] = q
-			if !q.Quiet && ctx.Err() == nil {
-				logf("%s: the machine is still %.0f%% busy after %.1f s; starting anyway", s, q.BusyPct, q.WaitedS)
-			}
 		}
 		if rss != nil {
 			rss.resetPhase()

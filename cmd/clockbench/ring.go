@@ -399,14 +399,7 @@ func runRing(ctx context.Context, cfg *config, a *api, app string, hot bool, bat
 	createEnd := time.Now()
 	mark1 := readCPU(cfg.rssPID)
 	series := startCPUSeries(cfg.rssPID, cpuSeriesEvery)
-	seriesStopped := false
-	stopSeries := func() {
-		if !seriesStopped {
-			seriesStopped = true
-			series.stop()
-		}
-	}
-	defer stopSeries()
+	defer series.stop()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -445,7 +438,7 @@ wait:
 		}
 	}
 	res.WaitedS = time.Since(lastDue).Seconds()
-	stopSeries()
+	series.stop()
 	if cfg.rssPID > 0 {
 		mark2 := readCPU(cfg.rssPID)
 		res.ClockdCPUCreateS, res.ClockdCPURingS = clockdSeconds(mark0, mark1), clockdSeconds(mark1, mark2)

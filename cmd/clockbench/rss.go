@@ -171,13 +171,14 @@ func startCPUSeries(pid int, every time.Duration) *cpuSeries {
 	return s
 }
 
-// stop ends the readings.
+// stop ends the readings (again: a no-op).
 func (s *cpuSeries) stop() { s.tick.stop() }
 
 // ticking calls a function at once and then every interval, in its own
 // goroutine, until stopped.
 type ticking struct {
 	stopc, done chan struct{}
+	once        sync.Once
 }
 
 func startTicking(every time.Duration, f func()) *ticking {
@@ -198,9 +199,10 @@ func startTicking(every time.Duration, f func()) *ticking {
 	return t
 }
 
-// stop returns once the function has run for the last time.
+// stop returns once the function has run for the last time; stopping
+// again is a no-op.
 func (t *ticking) stop() {
-	close(t.stopc)
+	t.once.Do(func() { close(t.stopc) })
 	<-t.done
 }
 
@@ -232,6 +234,20 @@ type QuietWait struct {
 	// in percent of all cores
 	BusyPct float64 `json:"busy_pct"`
 	Quiet   bool    `json:"quiet"` // under the threshold, not given up
+}
+
+// quietBefore waits for a quiet machine before the scenario (or sweep step)
+// name, as cfg says (-quiet-busy 0: not at all, ok false), and logs a wait
+// that gave up.
+func quietBefore(ctx context.Context, cfg *config, name string, logf func(string, ...any)) (q QuietWait, ok bool) {
+	if cfg.quietBusy <= 0 {
+		return q, false
+	}
+	q = waitQuiet(ctx, cfg.quietBusy, cfg.quietMax)
+	if !q.Quiet && ctx.Err() == nil {
+		logf("%s: the machine is still %.0f%% busy after %.1f s; starting anyway", name, q.BusyPct, q.WaitedS)
+	}
+	return q, true
 }
 
 // quietProbe is how long each look at the machine's CPU lasts.

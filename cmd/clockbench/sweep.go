@@ -30,11 +30,7 @@ func runSweep(ctx context.Context, cfg *config, a *api, prefix string, ceiling, 
 			logf("sweep: %g%% of the broker ceiling %s = %s (%d clocks over %s)", p.Pct, fmtRate(ceiling), fmtRate(p.TargetRate), p.N, cfg.span)
 			c := *cfg
 			c.n = p.N
-			if cfg.quietBusy > 0 {
-				if q := waitQuiet(ctx, cfg.quietBusy, cfg.quietMax); !q.Quiet && ctx.Err() == nil {
-					logf("sweep: the machine is still %.0f%% busy after %.1f s; starting anyway", q.BusyPct, q.WaitedS)
-				}
-			}
+			quietBefore(ctx, cfg, "sweep", logf)
 			g, err := runRing(ctx, &c, a, prefix+"-sweep"+strconv.FormatFloat(p.Pct, 'f', -1, 64), false, batchRate, logf)
 			if err := ctx.Err(); err != nil {
 				return nil, batchRate, err
