@@ -189,11 +189,12 @@ func (l *loader) load(ctx context.Context) error {
 			break
 		}
 		limit := min(room, l.m.cfg.Batch)
+		stamp := l.m.q.BeginLoad()
 		rows, err := l.m.store.LoadDue(ctx, l.shard, at, id, l.boundary, limit)
+		l.m.q.AddLoaded(stamp, ring.Backlog, rows...)
 		if err != nil {
 			return err
 		}
-		l.m.q.Add(ring.Backlog, rows...)
 		l.mu.Lock()
 		if l.backReset != gen {
 			l.mu.Unlock()
@@ -223,11 +224,12 @@ func (l *loader) load(ctx context.Context) error {
 		if !at.Before(until) && id == math.MaxInt64 {
 			break
 		}
+		stamp := l.m.q.BeginLoad()
 		rows, err := l.m.store.LoadDue(ctx, l.shard, at, id, until, limit)
+		l.m.q.AddLoaded(stamp, ring.Live, rows...)
 		if err != nil {
 			return err
 		}
-		l.m.q.Add(ring.Live, rows...)
 		l.mu.Lock()
 		if l.movedBack != moved {
 			// offer or reset moved the cursor back while the query ran,

@@ -201,3 +201,87 @@ func TestDrainedWakesAtAQuarterOfTheQuota(t *testing.T) {
 		}
 	}
 }
+
+// A load reads rows while the API changes them. When a change commits after
+// the load's query read the row, the API tells the queue the clock's new
+// place first; the load's answer, arriving after, must not put the old time
+// back (a clock moved earlier rang at its old time, 2.1 s late, in a full
+// test run) nor bring back a clock cancelled or paused.
+func TestChangeDuringLoadIsNotUndone(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, tc := range []struct {
+		name   string
+		change func(m *Manager, st *loadStore)
+		want   time.Time // zero: not in memory
+	}{
+		{"moved earlier", func(m *Manager, st *loadStore) {
+			st.rows[0].At = at(500)
+			m.Scheduled([]alarm.Clock{{ID: 1, Status: alarm.StatusPending, NextTryAt: at(500)}})
+		}, at(500)},
+		{"moved later", func(m *Manager, st *loadStore) {
+			st.rows[0].At = at(4000)
+			m.Scheduled([]alarm.Clock{{ID: 1, Status: alarm.StatusPending, NextTryAt: at(4000)}})
+		}, at(4000)},
+		{"cancelled", func(m *Manager, st *loadStore) {
+			st.rows = nil
+			m.Unscheduled([]int64{1})
+		}, time.Time{}},
+		{"moved by another instance", func(m *Manager, st *loadStore) {
+			st.rows[0].At = at(700)
+			m.Hinted(alarm.Due{ID: 1, At: at(700)})
+		}, at(700)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &loadStore{}
+			st.insert(alarm.Due{ID: 1, At: at(2000)})
+			q := ring.NewQueue()
+			m := New(Config{Shards: 1, Window: 10 * time.Second, HeapCap: 1000, Batch: 100,
+				Now: func() time.Time { return t0 }}, st, q)
+			ld := &loader{m: m, shard: 0, boundary: t0, wake: make(chan struct{}, 1)}
+			ld.reset()
+			ld.backDone = true // no backlog: the query held is the live range's
+			ld.setValid(time.Now().Add(time.Hour))
+			m.loaders[0] = ld
+
+			hold := make(chan struct{})
+			st.hold, st.started = hold, make(chan struct{})
+			started := st.started
+			done := make(chan error)
+			go func() { done <- ld.load(context.Background()) }()
+			<-started // the query has read clock 1 at t0+2s
+			st.mu.Lock()
+			tc.change(m, st) // commits, then tells the queue
+			st.mu.Unlock()
+			close(hold)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			got, ok := q.Earliest()
+			switch {
+			case tc.want.IsZero() && ok:
+				t.Errorf("clock 1 is in memory at t0+%v; it was cancelled while the load ran", got.Sub(t0))
+			case !tc.want.IsZero() && !ok:
+				t.Errorf("clock 1 is not in memory; want it at t0+%v", tc.want.Sub(t0))
+			case !tc.want.IsZero() && !got.Equal(tc.want):
+				t.Errorf("clock 1 is in memory at t0+%v, want t0+%v (the load read it before the change)",
+					got.Sub(t0), tc.want.Sub(t0))
+			}
+			// the next load reads the row as it is now, and keeps it
+			if err := ld.load(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			ld.reset()
+			if err := ld.load(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got, ok = q.Earliest()
+			switch {
+			case tc.want.IsZero() && ok:
+				t.Errorf("after a full rescan: clock 1 is in memory at t0+%v; it was cancelled", got.Sub(t0))
+			case !tc.want.IsZero() && (!ok || !got.Equal(tc.want)):
+				t.Errorf("after a full rescan: clock 1 in memory %v at t0+%v, want t0+%v", ok, got.Sub(t0), tc.want.Sub(t0))
+			}
+		})
+	}
+}

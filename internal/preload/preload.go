@@ -233,12 +233,20 @@ func (m *Manager) Offer(d alarm.Due) {
 	ld.offer(d)
 }
 
+// Hinted takes a clock another instance created or moved in a shard owned
+// here (a hint): like a change made through this instance's API, it
+// replaces whatever a load running meanwhile read of the clock.
+func (m *Manager) Hinted(d alarm.Due) {
+	m.q.Changed(d.ID)
+	m.Offer(d)
+}
+
 // Scheduled implements alarm.Scheduler.
 func (m *Manager) Scheduled(clocks []alarm.Clock) {
 	var remote []alarm.Due
 	horizon := m.now().Add(m.cfg.Window)
 	for _, c := range clocks {
-		m.q.Remove(c.ID)
+		m.q.Changed(c.ID)
 		if c.Status != alarm.StatusPending {
 			continue
 		}
@@ -259,7 +267,7 @@ func (m *Manager) Scheduled(clocks []alarm.Clock) {
 }
 
 // Unscheduled implements alarm.Scheduler.
-func (m *Manager) Unscheduled(ids []int64) { m.q.Remove(ids...) }
+func (m *Manager) Unscheduled(ids []int64) { m.q.Changed(ids...) }
 
 // Drained tells the loaders of these shards that the ring loop took clocks
 // out of memory, so they may load more. A loader that stopped at its quota
