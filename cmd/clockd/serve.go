@@ -111,7 +111,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	var feeder *preload.Manager
 	hints := rabbit.NewHints(rabbit.HintConfig{
 		URL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, InstanceID: cfg.Cluster.InstanceID, Logger: log,
-		OnHint: func(d alarm.Due) { feeder.Hinted(d) }, Registerer: reg,
+		OnHint: func(d alarm.Due) { feeder.Offer(d) }, Registerer: reg,
 		OnUndelivered: store.AskRescan,
 	})
 	feeder = preload.New(preload.Config{

@@ -206,7 +206,10 @@ func TestDrainedWakesAtAQuarterOfTheQuota(t *testing.T) {
 // the load's query read the row, the API tells the queue the clock's new
 // place first; the load's answer, arriving after, must not put the old time
 // back (a clock moved earlier rang at its old time, 2.1 s late, in a full
-// test run) nor bring back a clock cancelled or paused.
+// test run) nor bring back a clock cancelled or paused. Nor may it undo the
+// ring loop's offer of a recurring clock's next occurrence: the old time
+// would be claimed at once, claim nothing, and the next occurrence would
+// wait for the next full rescan.
 func TestChangeDuringLoadIsNotUndone(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -227,10 +230,17 @@ func TestChangeDuringLoadIsNotUndone(t *testing.T) {
 			st.rows = nil
 			m.Unscheduled([]int64{1})
 		}, time.Time{}},
-		{"moved by another instance", func(m *Manager, st *loadStore) {
+		{"moved by another instance (a hint)", func(m *Manager, st *loadStore) {
 			st.rows[0].At = at(700)
-			m.Hinted(alarm.Due{ID: 1, At: at(700)})
+			m.Offer(alarm.Due{ID: 1, At: at(700)})
 		}, at(700)},
+		// the ring loop claimed the clock before the load read it (a load
+		// reads claimed clocks too), rang it and recorded the outcome: a
+		// recurring clock's next occurrence, or a failed attempt's retry
+		{"rung, next occurrence", func(m *Manager, st *loadStore) {
+			st.rows[0].At = at(5000)
+			m.Offer(alarm.Due{ID: 1, At: at(5000)})
+		}, at(5000)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &loadStore{}

@@ -220,10 +220,14 @@ func (m *Manager) Recheck(shard int) {
 	}
 }
 
-// Offer takes a clock whose next try is known (new, moved, retried): it
+// Offer takes a clock whose next try is known (new, moved, retried, a
+// recurring clock's next occurrence, a hint from another instance): it
 // goes into memory at once when its shard is owned here and it is due
-// within the window; otherwise its loader will find it.
+// within the window; otherwise its loader will find it. What a load
+// running meanwhile read of the clock is left out: it may be older (see
+// ring.Queue).
 func (m *Manager) Offer(d alarm.Due) {
+	m.q.Changed(d.ID)
 	m.mu.Lock()
 	ld, ok := m.loaders[d.Shard]
 	m.mu.Unlock()
@@ -231,14 +235,6 @@ func (m *Manager) Offer(d alarm.Due) {
 		return
 	}
 	ld.offer(d)
-}
-
-// Hinted takes a clock another instance created or moved in a shard owned
-// here (a hint): like a change made through this instance's API, it
-// replaces whatever a load running meanwhile read of the clock.
-func (m *Manager) Hinted(d alarm.Due) {
-	m.q.Changed(d.ID)
-	m.Offer(d)
 }
 
 // Scheduled implements alarm.Scheduler.
