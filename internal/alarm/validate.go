@@ -38,10 +38,12 @@ func CheckApplication(s string) error {
 	if s == "." || s == ".." {
 		return invalid("application", "must not be %q: it cannot be a URL path segment", s)
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	for i, c := range s { // by character: "é" is named whole, not by its first byte
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return invalid("application", "has character %q at %d; allowed are A-Z a-z 0-9 . _ -", c, i)
+			if c == utf8.RuneError {
+				return invalid("application", "is not valid UTF-8 (at byte %d); allowed are A-Z a-z 0-9 . _ -", i)
+			}
+			return invalid("application", "has character %q at byte %d; allowed are A-Z a-z 0-9 . _ -", c, i)
 		}
 	}
 	return nil
@@ -112,7 +114,7 @@ func checkContentType(s string) error {
 
 func checkTime(field string, t time.Time) error {
 	if t.After(maxTime) {
-		return invalid(field, "is after year 9999")
+		return invalid(field, "is after %s, the latest time a clock can have", maxTime.Format(time.RFC3339))
 	}
 	if t.Before(time.Unix(0, 0)) {
 		return invalid(field, "is before 1970")
@@ -154,18 +156,16 @@ func CeilMS(t time.Time) time.Time {
 // one was given.
 func (w When) resolve(now time.Time, required bool) (time.Time, bool, error) {
 	switch {
+	case w.AtSet && w.At == nil:
+		return time.Time{}, false, invalid("ring_at", "must be an RFC 3339 time, not null (leave it out to give delay)")
+	case w.DelaySet && w.Delay == nil:
+		return time.Time{}, false, invalid("delay", "must be a duration, not null (leave it out to give ring_at)")
 	case w.AtSet && w.DelaySet:
 		return time.Time{}, false, invalid("ring_at", "give exactly one of ring_at or delay, not both")
 	case w.AtSet:
-		if w.At == nil {
-			return time.Time{}, false, invalid("ring_at", "must be an RFC 3339 time, not null")
-		}
 		t := CeilMS(*w.At)
 		return t, true, checkTime("ring_at", t)
 	case w.DelaySet:
-		if w.Delay == nil {
-			return time.Time{}, false, invalid("delay", "must be a duration, not null")
-		}
 		if *w.Delay < 0 {
 			return time.Time{}, false, invalid("delay", "must not be negative, got %s", *w.Delay)
 		}
@@ -308,7 +308,11 @@ func (p PatchInput) Apply(c Clock, now time.Time, lim Limits) (Clock, error) {
 	}
 	if c.Schedule != nil {
 		if ok {
-			return Clock{}, invalid("ring_at", "a recurring clock rings on its schedule: change schedule instead, or pause it")
+			field := "ring_at"
+			if p.When.DelaySet {
+				field = "delay"
+			}
+			return Clock{}, invalid(field, "a recurring clock rings on its schedule: change schedule instead, or pause it")
 		}
 		if p.LatestSet {
 			return Clock{}, invalid("latest_ring_at", "applies to one-shot clocks; a recurring clock has schedule.occurrence_deadline and schedule.end")

@@ -201,7 +201,7 @@ func (c *Console) page(fn pageFunc) http.HandlerFunc {
 			return
 		}
 		v := &view{CSRF: sess.csrf(), AuthOn: c.o.Auth != nil, Instance: c.o.InstanceID, Now: c.o.Now().UTC(),
-			Message: r.URL.Query().Get("msg"), Prefix: Prefix}
+			Message: sess.message(r), Prefix: Prefix}
 		name, err := fn(r, v)
 		if err != nil {
 			c.fail(w, r, v, err)
@@ -268,7 +268,7 @@ func (c *Console) action(fn actionFunc) http.HandlerFunc {
 			if strings.Contains(next, "?") {
 				sep = "&"
 			}
-			next += sep + "msg=" + url.QueryEscape(msg)
+			next += sep + "msg=" + url.QueryEscape(msg) + "&sig=" + url.QueryEscape(sess.msgSig(msg))
 		}
 		http.Redirect(w, r, next, http.StatusSeeOther)
 	}

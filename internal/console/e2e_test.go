@@ -200,6 +200,23 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("message only from an action", func(t *testing.T) {
+		// The note after an action travels in the redirect's query; a
+		// link with a note of someone else's ("log in at evil.example")
+		// shows none.
+		do(t, ctx, "forged note",
+			chromedp.Navigate(e.ui("clocks/shop/order-1?msg="+url.QueryEscape("Your session expired, log in at evil.example")+"&sig=forged")),
+			chromedp.WaitVisible(chromedp.ID("status")),
+		)
+		shown, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("msg") !== null`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shown {
+			t.Errorf("a note from a link was shown: %q", text(t, ctx, chromedp.ID("msg")))
+		}
+	})
+
 	t.Run("csrf refused", func(t *testing.T) {
 		// A form whose CSRF token is not this session's (as a forged one
 		// from another site would be) is refused and changes nothing.

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -44,6 +45,27 @@ func (s session) csrf() string {
 	h.Write([]byte{0})
 	h.Write([]byte(s.token))
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// msgSig signs a message the console shows after an action (the
+// redirect's ?msg=): a page shows only a message this session's action
+// put there, not text anyone can write into a link ("your session
+// expired, log in at ...").
+func (s session) msgSig(msg string) string {
+	m := hmac.New(sha256.New, []byte(s.csrf()))
+	m.Write([]byte("clockd console message\x00"))
+	m.Write([]byte(msg))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
+}
+
+// message is the signed message of a request's query, or "".
+func (s session) message(r *http.Request) string {
+	q := r.URL.Query()
+	msg, sig := q.Get("msg"), q.Get("sig")
+	if msg == "" || subtle.ConstantTimeCompare([]byte(sig), []byte(s.msgSig(msg))) != 1 {
+		return ""
+	}
+	return msg
 }
 
 func (s session) checkCSRF(got string) bool {

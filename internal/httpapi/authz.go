@@ -23,10 +23,17 @@ const (
 
 type principalKey struct{}
 
+// anyQuery, as a route's query parameters, lets any through unread
+// (/metrics: scrapers may add their own).
+const anyQuery = "*"
+
 // handle registers a route behind the authentication it needs and the
 // concurrency limits. A request without a valid token answers 401 before
-// anything else is read; one whose token lacks the scope, 403.
-func (a *api) handle(pattern string, need access, h http.HandlerFunc) {
+// anything else is read; one whose token lacks the scope, 403. Then a
+// query parameter the route does not take (query), or one given twice or
+// badly encoded, answers 400 before the route runs: a write call never
+// ignores a parameter the caller meant something by (?dry_run=true).
+func (a *api) handle(pattern string, need access, h http.HandlerFunc, query ...string) {
 	if need == open {
 		a.mux.HandleFunc(pattern, h) // health probes: never limited
 		return
@@ -55,6 +62,12 @@ func (a *api) handle(pattern string, need access, h http.HandlerFunc) {
 		if err != nil {
 			a.fail(w, r, err)
 			return
+		}
+		if len(query) != 1 || query[0] != anyQuery {
+			if _, err := queryParams(r, query...); err != nil {
+				a.fail(w, r, err)
+				return
+			}
 		}
 		a.limit.serve(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), a.maxBody, h)
 	})

@@ -309,3 +309,40 @@ func TestBadInputMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorMessagesNameWhatIsWrong: a 400's message names the field the
+// caller got wrong, and what is wrong with it, in the caller's terms.
+func TestErrorMessagesNameWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	e.mustClock(201, "POST", "/v1/clocks", createBody("order", "every", "delay", nil, "schedule", body{"every": "1h"}))
+	for _, tt := range []struct {
+		name, method, path string
+		body               any
+		prefix, says       string
+	}{
+		{"a character outside the set, whole", "POST", "/v1/clocks", createBody("ordér", "x"), "application: ", `'é'`},
+		{"a ring time past the last one", "POST", "/v1/clocks", createBody("order", "x", "delay", nil, "ring_at", "9999-12-31T23:59:59.998Z"),
+			"ring_at: ", "9999-12-31T23:59:59Z"},
+		{"ring_at null beside a delay", "POST", "/v1/clocks", createBody("order", "x", "ring_at", null{}), "ring_at: ", "not null"},
+		{"delay null beside a ring_at", "POST", "/v1/clocks", createBody("order", "x", "delay", null{}, "ring_at", "2030-01-01T00:00:00Z"),
+			"delay: ", "not null"},
+		{"payload null", "POST", "/v1/clocks", createBody("order", "x", "payload", null{}), "payload: ", "not null"},
+		{"content_type null", "POST", "/v1/clocks", createBody("order", "x", "content_type", null{}), "content_type: ", "not null"},
+		{"patch payload null", "PATCH", "/v1/clocks/order/every", body{"payload": nil}, "payload: ", "not null"},
+		{"a delay for a recurring clock", "PATCH", "/v1/clocks/order/every", body{"delay": "5m"}, "delay: ", "schedule"},
+		{"a ring_at for a recurring clock", "PATCH", "/v1/clocks/order/every", body{"ring_at": "2030-01-01T00:00:00Z"}, "ring_at: ", "schedule"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := e.with(t).mustError(400, tt.method, tt.path, tt.body)
+			if !strings.HasPrefix(msg, tt.prefix) || !strings.Contains(msg, tt.says) {
+				t.Errorf("message %q, want it to start %q and say %q", msg, tt.prefix, tt.says)
+			}
+		})
+	}
+	if n := e.count("business_id = 'x'"); n != 0 {
+		t.Errorf("%d clocks written by refused creates", n)
+	}
+	// The last ring time there is is accepted.
+	e.mustClock(201, "POST", "/v1/clocks", createBody("order", "last", "delay", nil, "ring_at", "9999-12-31T23:59:59Z"))
+}

@@ -224,6 +224,16 @@ func stringField(field string, raw json.RawMessage) (*string, error) {
 	return &s, nil
 }
 
+// textField reads a string field that a clock never shows as null
+// (payload, content_type): absent is nil, null is refused, as a null
+// ring_at or delay is (README: "null").
+func textField(field string, raw json.RawMessage) (*string, error) {
+	if raw != nil && isNull(raw) {
+		return nil, badField(field, "must be a string, not null (leave it out for the default)")
+	}
+	return stringField(field, raw)
+}
+
 // jsonString decodes a JSON string value: ok is false when raw is not a
 // JSON string; valid is false when it is one but does not encode valid
 // UTF-8 text: it holds bytes that are not UTF-8, or a \u escape of a
@@ -500,10 +510,10 @@ func (b createBody) input() (alarm.CreateInput, error) {
 	if err := alarm.CheckKey(alarm.Key{Application: in.Application, BusinessID: in.BusinessID}); err != nil {
 		return in, err
 	}
-	if in.Payload, err = stringField("payload", b.Payload); err != nil {
+	if in.Payload, err = textField("payload", b.Payload); err != nil {
 		return in, err
 	}
-	if in.ContentType, err = stringField("content_type", b.ContentType); err != nil {
+	if in.ContentType, err = textField("content_type", b.ContentType); err != nil {
 		return in, err
 	}
 	if in.When, err = parseWhen(b.RingAt, b.Delay); err != nil {
@@ -553,7 +563,7 @@ func decodePatch(data []byte) (alarm.PatchInput, error) {
 	if p.When, err = parseWhen(b.RingAt, b.Delay); err != nil {
 		return p, err
 	}
-	if p.Payload, err = stringField("payload", b.Payload); err != nil {
+	if p.Payload, err = textField("payload", b.Payload); err != nil {
 		return p, err
 	}
 	if present(b.LatestRingAt) {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -97,6 +98,28 @@ func (a *api) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		return nil, &clientError{err}
 	}
 	return data, err
+}
+
+// noBody reads the body of a call that takes none (cancel, replay, pause,
+// resume): empty, or an empty JSON object, is fine; anything else is
+// refused as a create's unknown field or bad JSON would be, rather than
+// ignored ({"until": ...} on a pause).
+func (a *api) noBody(w http.ResponseWriter, r *http.Request) error {
+	data, err := a.body(w, r)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if err := decodeObject(data, func(string) *json.RawMessage { return nil }); err != nil {
+		var fe *alarm.FieldError
+		if errors.As(err, &fe) && fe.Field != "body" {
+			return badField(fe.Field, "is not known: this call takes no body (or {})")
+		}
+		return err
+	}
+	return nil
 }
 
 func key(r *http.Request) alarm.Key {
@@ -218,12 +241,6 @@ func inItem(i int, err error) error {
 }
 
 func (a *api) get(w http.ResponseWriter, r *http.Request) {
-	// It takes no query parameter: one given is refused, as by the list,
-	// rather than ignored (the caller meant something by it).
-	if _, err := queryParams(r); err != nil {
-		a.fail(w, r, err)
-		return
-	}
 	if err := a.allow(r, key(r).Application, auth.ScopeRead); err != nil {
 		a.fail(w, r, err)
 		return
@@ -238,6 +255,10 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
 	if err := a.allow(r, key(r).Application, auth.ScopeWrite); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if err := a.noBody(w, r); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -280,6 +301,10 @@ func (a *api) reschedule(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) replay(w http.ResponseWriter, r *http.Request) {
 	if err := a.allow(r, key(r).Application, auth.ScopeWrite); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if err := a.noBody(w, r); err != nil {
 		a.fail(w, r, err)
 		return
 	}

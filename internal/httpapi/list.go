@@ -63,6 +63,9 @@ func queryParams(r *http.Request, known ...string) (map[string]string, error) {
 	return qs, nil
 }
 
+// listParams are the query parameters of the list.
+var listParams = []string{"application", "status", "limit", "after", "payload", "recurring"}
+
 // list answers a page of clocks. The answer is built from the rows one at a
 // time and bounded by maxList bytes: a page that would be larger ends early
 // and its "next" cursor continues after the last clock it holds. So a page
@@ -70,7 +73,7 @@ func queryParams(r *http.Request, known ...string) (map[string]string, error) {
 // clock), however slowly the client reads it. payload=false leaves the
 // payloads out (and MySQL does not read them).
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
-	qs, err := queryParams(r, "application", "status", "limit", "after", "payload", "recurring")
+	qs, err := queryParams(r, listParams...)
 	if err != nil {
 		a.fail(w, r, err)
 		return

@@ -250,6 +250,10 @@ func (a *api) recurringChange(w http.ResponseWriter, r *http.Request, change fun
 		a.fail(w, r, err)
 		return
 	}
+	if err := a.noBody(w, r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	c, err := change(r.Context(), key(r))
 	if err != nil {
 		a.fail(w, r, err)

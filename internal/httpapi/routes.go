@@ -90,7 +90,7 @@ func New(o Options) http.Handler {
 	}
 	a.handle("POST /v1/clocks", needWrite, a.create)
 	a.handle("POST /v1/clocks/batch", needWrite, a.createBatch)
-	a.handle("GET /v1/clocks", needRead, a.list)
+	a.handle("GET /v1/clocks", needRead, a.list, listParams...)
 	a.handle("GET /v1/clocks/{application}/{business_id}", needRead, a.get)
 	a.handle("DELETE /v1/clocks/{application}/{business_id}", needWrite, a.cancel)
 	a.handle("PATCH /v1/clocks/{application}/{business_id}", needWrite, a.reschedule)
@@ -100,7 +100,7 @@ func New(o Options) http.Handler {
 	a.handle("GET /v1/cluster", needAdmin, a.clusterView)
 	if a.auth != nil {
 		a.handle("POST /v1/tokens", needAdmin, a.createToken)
-		a.handle("GET /v1/tokens", needAdmin, a.listTokens)
+		a.handle("GET /v1/tokens", needAdmin, a.listTokens, "application")
 		a.handle("DELETE /v1/tokens/{id}", needAdmin, a.revokeToken)
 	}
 	if a.quotas != nil {
@@ -113,12 +113,27 @@ func New(o Options) http.Handler {
 	a.handle("GET /readyz", open, a.readyz)
 	a.handle("GET /v1/openapi.json", open, a.openAPI)
 	if o.Gatherer != nil {
-		a.handle("GET /metrics", needAdmin, promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}).ServeHTTP)
+		a.handle("GET /metrics", needAdmin, promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}).ServeHTTP, anyQuery)
 	}
 	// No catch-all route: the mux itself answers 404 for an unknown path
 	// and 405 with Allow for a known path with another method; misses
 	// turns both into JSON errors.
-	return withRequestState(instrument(misses(a.mux), o.Registerer), o.Logger)
+	return withRequestState(instrument(crossOrigin(misses(a.mux)), o.Registerer), o.Logger)
+}
+
+// crossOrigin refuses the unsafe requests (POST, PATCH, PUT, DELETE) that a
+// browser sends on behalf of a page of another site (Sec-Fetch-Site, or an
+// Origin other than the Host). With auth off (the default on loopback) a
+// web page could otherwise create clocks on a local clockd with a plain
+// text/plain POST, which needs no CORS preflight. curl, clockctl and the
+// client libraries send neither header and are not affected.
+func crossOrigin(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusForbidden, ErrorDetail{"permission_denied",
+			"cross-origin request from a browser refused: the API is not for pages of other sites"})
+	}))
+	return cop.Handler(next)
 }
 
 // instrument counts requests and their latency by route and status.

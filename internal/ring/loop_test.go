@@ -640,12 +640,17 @@ func TestNotSentIsNoAttempt(t *testing.T) {
 		if row.Status != alarm.StatusPending || row.Attempts != 0 || row.LastError != "" {
 			t.Fatalf("after a not-sent publish: %s, %d attempts, last_error %q; want pending, 0, none", row.Status, row.Attempts, row.LastError)
 		}
+		// The claimer checks that the broker is ready before it claims, not
+		// in one step with the claim: one that saw it ready just before the
+		// publish failed may claim the clock offered back once more, and
+		// that publish is not sent either (one more offer, no attempt).
+		// Then it sees the broker down and claims nothing until it is back.
 		offers := h.feed.offered()
-		if len(offers) != 1 || offers[0].ID != 7 {
-			t.Fatalf("offered back %+v, want clock 7", offers)
+		if len(offers) == 0 || len(offers) > 2 || slices.ContainsFunc(offers, func(d alarm.Due) bool { return d.ID != 7 }) {
+			t.Fatalf("offered back %+v, want clock 7, once or twice", offers)
 		}
-		if n := len(h.pub.published()); n != 1 {
-			t.Fatalf("published %d times while the broker was down, want 1", n)
+		if n := len(h.pub.published()); n != len(offers) {
+			t.Fatalf("published %d times while the broker was down, want %d (once per offer back)", n, len(offers))
 		}
 		down = false
 		h.pub.setReady(nil)
