@@ -205,6 +205,34 @@ func (r *row) ringDests() []any {
 // never published.
 const notAttempted = "attempts = GREATEST(attempts, 1) - 1"
 
+// Waiting returns those of ids that are pending, not claimed and due after
+// until (by primary key): the clocks a claim did not take because their
+// row was moved later than the time the ring loop had for them. Only
+// later: a clock the claim missed for any other reason (its shard's lease,
+// another instance's claim) is not offered back to be claimed in vain
+// again at once.
+func (s *Store) Waiting(ctx context.Context, ids []int64, until time.Time) ([]alarm.Due, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	match, args := idMatch(sortedIDs(ids))
+	var rows []struct {
+		ID    int64 `db:"id"`
+		Shard int   `db:"shard"`
+		Next  int64 `db:"next_try_time"`
+	}
+	err := s.db.SelectContext(ctx, &rows, "SELECT id, shard, next_try_time FROM "+byID+" WHERE "+match+
+		" AND "+unclaimed+" AND next_try_time > ?", append(args, ms(until))...)
+	if err != nil {
+		return nil, fmt.Errorf("read %d clocks a claim missed: %w", len(ids), mapErr(err))
+	}
+	out := make([]alarm.Due, len(rows))
+	for i, r := range rows {
+		out[i] = alarm.Due{ID: r.ID, Shard: r.Shard, At: fromMS(r.Next)}
+	}
+	return out, nil
+}
+
 // Release unclaims those of ids that a claim with the given token left
 // firing. A claim whose answer was lost (connection cut, timeout)
 // may still have been applied; its clocks must not wait for the firing

@@ -381,3 +381,45 @@ func TestOutcomeWritesEachClockItsOwnValues(t *testing.T) {
 		}
 	}
 }
+
+// Waiting reads back, by primary key, the clocks a claim missed because
+// their row was moved later than the ring loop had them: pending,
+// unclaimed, due after until. Clocks missed for other reasons (cancelled,
+// claimed, still due within until) are left out.
+func TestWaitingReadsBackClocksMovedLater(t *testing.T) {
+	s, _ := oneShardStore(t, mysql.StoreConfig{})
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Millisecond)
+	later := now.Add(time.Hour)
+	var news []alarm.NewClock
+	for i, at := range []time.Time{later, now, now, now} {
+		news = append(news, alarm.NewClock{Application: "app", BusinessID: fmt.Sprintf("w-%d", i), Payload: "{}", ContentType: "application/json", RingAt: at})
+	}
+	var ids []int64
+	for _, r := range s.Create(ctx, news, now) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		ids = append(ids, r.Clock.ID)
+	}
+	if _, err := s.Cancel(ctx, alarm.Key{Application: "app", BusinessID: "w-2"}, now); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := s.AcquireLeases(ctx, "a", 1, time.Minute)
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("acquire: %v %v", leases, err)
+	}
+	if got, err := s.Claim(ctx, "a", leases, ids[3:], 1, now.Add(time.Second), now); err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	got, err := s.Waiting(ctx, append(ids, 1<<40), now.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != ids[0] || got[0].Shard != 0 || !got[0].At.Equal(later) {
+		t.Fatalf("Waiting = %+v, want only clock %d (moved later) at %v", got, ids[0], later)
+	}
+	if got, err := s.Waiting(ctx, nil, now); err != nil || len(got) != 0 {
+		t.Errorf("Waiting of no ids = %v, %v", got, err)
+	}
+}

@@ -23,6 +23,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	failures := 0
 	m.waitRing(ctx, 2*time.Second)
 	for {
+		began := time.Now()
 		if err := m.round(ctx); err != nil {
 			failures++
 			m.mu.Lock()
@@ -37,11 +38,14 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			failures = 0
 		}
+		// a tick from the round's start: a round that drained shards it
+		// handed over (up to DrainTimeout) renews the kept ones again in
+		// time
 		select {
 		case <-ctx.Done():
 			m.shutdown()
 			return nil
-		case <-time.After(tick):
+		case <-time.After(max(tick-time.Since(began), 0)):
 		}
 	}
 }
@@ -194,31 +198,18 @@ func (m *Manager) round(ctx context.Context) error {
 		return err
 	}
 	want := share(m.cfg.Shards, live, m.cfg.InstanceID, st, len(leases))
+	var give []int
 	if extra := len(leases) - want; extra > 0 {
-		// hand the highest shards over: stop ringing them first
-		give := make([]int, 0, extra)
+		// hand the highest shards over: stop ringing them first; they are
+		// drained and released at the end of the round (handOver), once
+		// the kept shards' leases count as renewed here
 		for _, l := range leases[len(leases)-extra:] {
 			give = append(give, l.Shard)
 		}
 		for _, s := range give {
 			m.stopLoader(s)
 		}
-		// Drain, then release: the next owner must find none of their
-		// clocks armed or in flight here, or it recovers and rings them a
-		// second time.
-		if m.cfg.Drain != nil {
-			dctx, cancel := context.WithTimeout(context.Background(), m.cfg.DrainTimeout)
-			err := m.cfg.Drain(dctx, give)
-			cancel()
-			if err != nil {
-				m.log.Warn("shards handed over before their rings in flight were recorded; the next owner may ring some again", "shards", give, "err", err)
-			}
-		}
-		if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, give); err != nil {
-			return err
-		}
 		leases = leases[:len(leases)-extra]
-		m.log.Info("released shards for rebalancing", "shards", give, "live_instances", len(live))
 	} else if extra < 0 {
 		if leases, err = m.store.AcquireLeases(ctx, m.cfg.InstanceID, -extra, ttl); err != nil {
 			return err
@@ -272,11 +263,41 @@ func (m *Manager) round(ctx context.Context) error {
 	if len(gained) > 0 {
 		m.log.Info("acquired shards", "shards", gained, "live_instances", len(live))
 	}
+	if len(give) > 0 {
+		if err := m.handOver(give, len(live)); err != nil {
+			return err
+		}
+	}
 	m.mu.Lock()
 	m.lastOK = time.Now()
 	m.lastErr = nil
 	m.owned.Set(float64(len(m.loaders)))
 	m.mu.Unlock()
+	return nil
+}
+
+// handOver drains the shards given up (their loaders stopped), then
+// releases them: the next owner must find none of their clocks armed or in
+// flight here, or it recovers and rings them a second time. It runs after
+// the rest of the round, with its own deadlines: a drain that waits for
+// slow confirms (up to DrainTimeout) neither delays the kept shards'
+// renewal nor leaves the round's context spent for the release (the
+// shards would stay leased here, with nobody ringing them).
+func (m *Manager) handOver(give []int, live int) error {
+	if m.cfg.Drain != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), m.cfg.DrainTimeout)
+		err := m.cfg.Drain(dctx, give)
+		cancel()
+		if err != nil {
+			m.log.Warn("shards handed over before their rings in flight were recorded; the next owner may ring some again", "shards", give, "err", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LeaseTTL/2)
+	defer cancel()
+	if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, give); err != nil {
+		return err
+	}
+	m.log.Info("released shards for rebalancing", "shards", give, "live_instances", live)
 	return nil
 }
 

@@ -214,6 +214,67 @@ func TestRebalanceDrainsBeforeRelease(t *testing.T) {
 	}
 }
 
+// ctxLeaseStore fails a release whose context is done, as MySQL does.
+type ctxLeaseStore struct{ *leaseStore }
+
+func (s ctxLeaseStore) ReleaseLeases(ctx context.Context, owner string, shards []int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.leaseStore.ReleaseLeases(ctx, owner, shards)
+}
+
+// A drain that waits long (slow confirms, up to DrainTimeout) still ends in
+// the release of the shards handed over: it used to spend the round's
+// context (half the TTL), the release failed, and the shards stayed leased
+// here with their loaders stopped: nobody rang them until the lease ran
+// out.
+func TestSlowDrainStillReleases(t *testing.T) {
+	store := newLeaseStore(4, "a")
+	ttl := 400 * time.Millisecond
+	drained := make(chan []int, 1)
+	m := New(Config{
+		InstanceID: "a", Shards: 4, Window: 10 * time.Second, Interval: time.Hour, Rescan: time.Hour,
+		LeaseTTL: ttl, FiringTimeout: time.Minute, HeapCap: 1000,
+		Drain: func(ctx context.Context, shards []int) error {
+			drained <- shards
+			<-ctx.Done() // confirms that do not come before DrainTimeout
+			return ctx.Err()
+		},
+	}, ctxLeaseStore{store}, ring.NewQueue())
+	t.Cleanup(func() {
+		for sh := range 4 {
+			m.stopLoader(sh)
+		}
+		m.wg.Wait()
+	})
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	store.live = []string{"a", "b"}
+	store.log = nil
+	store.mu.Unlock()
+	began := time.Now()
+	if err := m.round(context.Background()); err != nil {
+		t.Fatalf("the round that handed shards over failed after %v: %v", time.Since(began).Round(time.Millisecond), err)
+	}
+	if got := <-drained; !slices.Equal(got, []int{2, 3}) {
+		t.Errorf("drained %v, want [2 3]", got)
+	}
+	if got, want := store.entries(), []string{"release [2 3]"}; !slices.Equal(got, want) {
+		t.Fatalf("store calls %q, want %q", got, want)
+	}
+	if took := time.Since(began); took > ttl {
+		t.Errorf("the round took %v, longer than the lease TTL %v: the kept leases would lapse", took, ttl)
+	}
+	for sh, held := range []bool{true, true, false, false} {
+		if got := !m.ValidUntil(sh, 1).IsZero(); got != held {
+			t.Errorf("shard %d held: %v, want %v", sh, got, held)
+		}
+	}
+}
+
 // A lease another instance took (renewal no longer returns it) stops the
 // shard's loader and counts a lost lease; the other shards go on.
 func TestLostLeaseStopsLoader(t *testing.T) {

@@ -32,7 +32,7 @@ type loader struct {
 	backID     int64
 	backDone   bool
 	nextFull   time.Time // when the next full rescan falls due (see rescanAfter)
-	movedBack  uint64    // bumped when the live cursor moves back (offer, reset)
+	movedBack  uint64    // bumped when the live cursor moves back (reset) or an offer found the quota full
 	backReset  uint64    // bumped when the backlog cursor moves back (reset)
 
 	rescanSeen int64 // the last clock_shard.rescan_at acted on (lease keeper only)
@@ -271,8 +271,12 @@ func (l *loader) offer(d alarm.Due) {
 	l.mu.Lock()
 	if d.At.Before(l.liveAt) || (d.At.Equal(l.liveAt) && d.ID <= l.liveID) {
 		l.liveAt, l.liveID = d.At, d.ID-1
-		l.movedBack++
 	}
+	// Bumped even when the clock lies after the cursor: a load running now
+	// may be reading the range it lies in, from before its commit; at its
+	// end it would move the cursor past the clock (to its until), and the
+	// clock would wait for the next full rescan.
+	l.movedBack++
 	l.mu.Unlock()
 	l.capped.Store(true)
 }

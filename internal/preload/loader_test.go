@@ -57,8 +57,23 @@ func (s *loadStore) insert(d alarm.Due) {
 // A clock offered while the shard is at its quota moves the live cursor
 // back so that the loader reads it in turn. When that happens while a load
 // query runs, the end of the query must not move the cursor past the clock
-// again: it would wait for the next full rescan (30 s by default).
+// again: it would wait for the next full rescan (30 s by default). That
+// holds for a clock due in the range loaded before and for one due in the
+// very range the running query reads (its snapshot is older than the
+// clock's commit, so it cannot return it).
 func TestOfferDuringLoadIsNotSkipped(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		at   int // ms after t0; the running load reads (10 s, 11 s]
+	}{
+		{"due in the range loaded before", 1500},
+		{"due in the range the load reads", 10500},
+	} {
+		t.Run(tt.name, func(t *testing.T) { offerDuringLoad(t, tt.at) })
+	}
+}
+
+func offerDuringLoad(t *testing.T, dueMS int) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var nowMu sync.Mutex
 	now := t0
@@ -94,7 +109,7 @@ func TestOfferDuringLoadIsNotSkipped(t *testing.T) {
 	go func() { done <- ld.load(context.Background()) }()
 	<-started
 	q.Add(ring.Live, alarm.Due{ID: 100, At: at(500)})
-	d := alarm.Due{ID: 3, At: at(1500)}
+	d := alarm.Due{ID: 3, At: at(dueMS)}
 	st.insert(d)
 	ld.offer(d)
 	if q.Has(3) {

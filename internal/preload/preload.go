@@ -52,7 +52,7 @@ type Config struct {
 	// needs), dropping the others; a lease renewed with less than this left
 	// counts as lapsed, so that the shard is rescanned for what was dropped.
 	LeaseMargin time.Duration
-	// DrainTimeout bounds Drain; default the lease TTL.
+	// DrainTimeout bounds Drain; default half the lease TTL.
 	DrainTimeout time.Duration
 	// Held, when set, returns the claim tokens of the clocks the ring loop
 	// holds: recovery of firing clocks leaves them alone.
@@ -114,7 +114,11 @@ func New(cfg Config, store Store, q *ring.Queue) *Manager {
 		cfg.Batch = 2000
 	}
 	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = cfg.LeaseTTL
+		// The round that hands shards over renews the kept ones first and
+		// its heartbeat is good for the TTL; the next round comes after
+		// the drain: half the TTL leaves it time to renew before the kept
+		// leases' local reckoning (4/5 of the TTL) lapses.
+		cfg.DrainTimeout = cfg.LeaseTTL / 2
 	}
 	if cfg.Held == nil {
 		cfg.Held = func() []int64 { return nil }

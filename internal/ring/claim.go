@@ -157,6 +157,36 @@ func (l *Loop) claimer(ctx context.Context) {
 	}
 }
 
+// reofferMoved offers again the clocks a claim did not take because their
+// row is due later than memory had it. Memory can hold an older time than
+// the row: two changes of a clock whose commits and offers crossed (two
+// PATCHes at once, a failed claim offering back what it popped before a
+// PATCH). Dropped, such a clock waited for its shard's next full rescan
+// (preload.rescan, 30 s) although due within the window. Clocks missed for
+// other reasons (cancelled, rung, claimed elsewhere, the lease) are not
+// read back. A claim misses clocks rarely: one more read by primary key.
+func (l *Loop) reofferMoved(ctx context.Context, ids []int64, got []alarm.Clock, until time.Time) {
+	took := make(map[int64]bool, len(got))
+	for _, c := range got {
+		took[c.ID] = true
+	}
+	missed := make([]int64, 0, len(ids)-len(got))
+	for _, id := range ids {
+		if !took[id] {
+			missed = append(missed, id)
+		}
+	}
+	moved, err := l.store.Waiting(ctx, missed, until)
+	if err != nil {
+		l.log.Warn("could not read the clocks a claim missed; any moved later waits for its shard's rescan", "clocks", len(missed), "err", err)
+		return
+	}
+	for _, d := range moved {
+		l.feed.Offer(d)
+	}
+	l.m.claimMoved.Add(float64(len(moved)))
+}
+
 // claimFill is the size a claim is filled up to with clocks due a little
 // later (see claimer).
 const claimFill = 64
@@ -283,6 +313,11 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time, ahead
 	}
 	l.feed.Drained(shards)
 	l.m.claims.Observe(float64(len(got)))
+	if len(got) < len(ids) {
+		// after the claimed clocks are armed: the read back must not
+		// delay their rings
+		defer l.reofferMoved(cctx, ids, got, now.Add(ahead))
+	}
 	if len(got) == 0 {
 		return nil
 	}

@@ -110,6 +110,21 @@ func (s *fakeStore) Claim(_ context.Context, owner string, leases []alarm.Lease,
 	return out, nil
 }
 
+func (s *fakeStore) Waiting(_ context.Context, ids []int64, until time.Time) ([]alarm.Due, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.claimErr != nil {
+		return nil, s.claimErr
+	}
+	var out []alarm.Due
+	for _, id := range ids {
+		if c, ok := s.rows[id]; ok && c.Status == alarm.StatusPending && c.NextTryAt.After(until) {
+			out = append(out, alarm.Due{ID: id, Shard: c.Shard, At: c.NextTryAt})
+		}
+	}
+	return out, nil
+}
+
 func (s *fakeStore) Release(_ context.Context, token int64, ids []int64, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

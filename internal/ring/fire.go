@@ -41,17 +41,10 @@ func (l *Loop) firer(ctx context.Context) {
 	}
 }
 
-// fire publishes one batch of due clocks in its own goroutine (bounded by
-// the publisher slots) so that the next deadline is not held up by confirms.
-//
-// Fencing: the lease of each clock's shard is checked after the publish
-// slot is taken, right before the publish, and a publish starts only while
-// the lease has MinLeaseLeft to run; the wait for its confirms ends when the
-// earliest of those leases does. So no ring is sent by an instance whose
-// lease (by its own reckoning) has lapsed, and none waits for its confirm
-// past it: an unconfirmed one is then a failed attempt, retried later by
-// whoever owns the shard.
-func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
+// unexpired returns the clocks of batch that may still ring at now, and
+// reports the others: expired (past latest_ring_at), or for a recurring
+// clock, the occurrence skipped (past its occurrence_deadline).
+func (l *Loop) unexpired(batch []claimed, now time.Time) []claimed {
 	var expired []int64
 	var skipped []alarm.Advance
 	ready := make([]claimed, 0, len(batch))
@@ -75,6 +68,21 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 			r.advance = append(r.advance, skipped...)
 		})
 	}
+	return ready
+}
+
+// fire publishes one batch of due clocks in its own goroutine (bounded by
+// the publisher slots) so that the next deadline is not held up by confirms.
+//
+// Fencing: the lease of each clock's shard is checked after the publish
+// slot is taken, right before the publish, and a publish starts only while
+// the lease has MinLeaseLeft to run; the wait for its confirms ends when the
+// earliest of those leases does. So no ring is sent by an instance whose
+// lease (by its own reckoning) has lapsed, and none waits for its confirm
+// past it: an unconfirmed one is then a failed attempt, retried later by
+// whoever owns the shard.
+func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
+	ready := l.unexpired(batch, now)
 	if len(ready) == 0 {
 		return
 	}
@@ -88,7 +96,14 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 		})
 		return
 	}
+	// The slot may have taken a while (every publisher waiting for its
+	// confirms, up to amqp.confirm_timeout): a clock whose latest_ring_at
+	// passed meanwhile must not ring.
 	now = l.clk.Now()
+	if ready = l.unexpired(ready, now); len(ready) == 0 {
+		<-l.sem
+		return
+	}
 	var rings []Ring
 	var unclaim []alarm.Clock
 	var deadline time.Time

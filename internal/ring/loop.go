@@ -23,6 +23,10 @@ type Store interface {
 	// Claim moves pending clocks to firing and counts the attempt about
 	// to be made: the claimed clocks' Attempts is that attempt's number.
 	Claim(ctx context.Context, owner string, leases []alarm.Lease, ids []int64, token int64, until, now time.Time) ([]alarm.Clock, error)
+	// Waiting returns those of ids that are pending, not claimed and due
+	// after until, with their next try: clocks a claim did not take
+	// because their row moved later than the time memory had for them.
+	Waiting(ctx context.Context, ids []int64, until time.Time) ([]alarm.Due, error)
 	// Release puts back to pending those of ids that a claim with token
 	// left firing (a claim that failed may have been applied).
 	Release(ctx context.Context, token int64, ids []int64, now time.Time) error
@@ -192,6 +196,8 @@ type metrics struct {
 	claimDur prometheus.Histogram
 	// claimedLate counts clocks whose claim ended after their time
 	claimedLate prometheus.Counter
+	// claimMoved counts clocks a claim missed that were moved later
+	claimMoved  prometheus.Counter
 	publishDur  prometheus.Histogram
 	publishLate prometheus.Histogram
 	inFlight    prometheus.GaugeFunc
@@ -259,6 +265,9 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 	l.m.claimedLate = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "clockd_ring_claimed_late_total", Help: "Clocks whose claim in MySQL ended after their time: their rings are late because of MySQL, not the broker.",
 	})
+	l.m.claimMoved = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "clockd_ring_claim_moved_total", Help: "Clocks a claim did not take because their row was due later than memory had it (two changes crossed); offered again at their time.",
+	})
 	l.m.publishDur = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "clockd_publish_duration_seconds", Help: "Time of one publish batch, from its first message to its last confirm; slow confirms make rings late.",
 		Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
@@ -271,7 +280,7 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 		Name: "clockd_ring_in_flight", Help: "Clocks claimed (firing) and not yet recorded as rung or failed.",
 	}, func() float64 { l.mu.Lock(); defer l.mu.Unlock(); return float64(len(l.flights)) })
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(l.m.rings, l.m.lateness, l.m.claims, l.m.claimDur, l.m.claimedLate, l.m.publishDur, l.m.publishLate, l.m.inFlight)
+		cfg.Registerer.MustRegister(l.m.rings, l.m.lateness, l.m.claims, l.m.claimDur, l.m.claimedLate, l.m.claimMoved, l.m.publishDur, l.m.publishLate, l.m.inFlight)
 	}
 	return l
 }
