@@ -113,6 +113,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		URL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, InstanceID: cfg.Cluster.InstanceID, Logger: log,
 		OnHint: func(d alarm.Due) { feeder.Offer(d) }, Registerer: reg,
 		OnUndelivered: store.AskRescan,
+		OnConnected:   func() { feeder.RecheckAll() },
 	})
 	feeder = preload.New(preload.Config{
 		InstanceID: cfg.Cluster.InstanceID, HTTPAddr: ln.Addr().String(), Shards: shards,

@@ -224,6 +224,22 @@ func (m *Manager) Recheck(shard int) {
 	}
 }
 
+// RecheckAll reads every owned shard's window from MySQL again soon: hints
+// sent to this instance while it had no hint queue (its connection to the
+// broker was lost, the broker restarted) are gone, and the clocks they
+// named lie in ranges already read.
+func (m *Manager) RecheckAll() {
+	m.mu.Lock()
+	lds := make([]*loader, 0, len(m.loaders))
+	for _, ld := range m.loaders {
+		lds = append(lds, ld)
+	}
+	m.mu.Unlock()
+	for _, ld := range lds {
+		ld.rescan()
+	}
+}
+
 // Offer takes a clock whose next try is known (new, moved, retried, a
 // recurring clock's next occurrence, a hint from another instance): it
 // goes into memory at once when its shard is owned here and it is due

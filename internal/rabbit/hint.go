@@ -44,6 +44,7 @@ type Hints struct {
 
 	connected     atomic.Bool // a session is up: hints sent now arrive
 	onUndelivered func(ctx context.Context, shards []int) error
+	onConnected   func()
 	asks          map[int]struct{} // shards whose hints could not go, to ask about (under mu)
 	askSignal     chan struct{}
 }
@@ -60,6 +61,13 @@ type HintConfig struct {
 	// shards of hints that could not go since its last call) so that the
 	// owners learn of those clocks another way.
 	OnUndelivered func(ctx context.Context, shards []int) error
+	// OnConnected, when set, is called each time this instance's hint
+	// queue is bound and consumed again after a connection was lost (and
+	// at the first connection): hints the others sent while it had no
+	// queue went nowhere, without an error for their senders, so the
+	// caller reads again what they would have told (clockd: every shard
+	// owned here is rescanned).
+	OnConnected func()
 }
 
 const hintSize = 20 // id (8) + shard (4) + due ms (8)
@@ -86,7 +94,7 @@ func NewHints(cfg HintConfig) *Hints {
 	}
 	h := &Hints{urls: SplitURLs(cfg.URL), exchange: cfg.Exchange + ".hints", self: cfg.InstanceID,
 		log: cfg.Logger, onHint: cfg.OnHint, signal: make(chan struct{}, 1),
-		onUndelivered: cfg.OnUndelivered, asks: map[int]struct{}{}, askSignal: make(chan struct{}, 1),
+		onUndelivered: cfg.OnUndelivered, onConnected: cfg.OnConnected, asks: map[int]struct{}{}, askSignal: make(chan struct{}, 1),
 		retry:      backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		maxPending: maxPendingHints,
 		dropLog:    newLogLimiter(dropLogEvery, time.Now),
@@ -269,6 +277,9 @@ func (h *Hints) session(ctx context.Context, url string) error {
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	h.connected.Store(true)
+	if h.onConnected != nil {
+		h.onConnected()
+	}
 	defer func() {
 		// the hints still waiting go at the next connection, if any: ask
 		// for their rescans now
