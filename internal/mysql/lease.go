@@ -113,7 +113,10 @@ func (s *Store) leasesOf(ctx context.Context, owner string) ([]alarm.Lease, erro
 // clock) so that their owners rescan them at their next lease round: for
 // clocks due soon created or moved through an instance that could not hint
 // the owner (migration 00011). It writes no lease column and takes no
-// lease row lock for longer than the statement.
+// lease row lock for longer than the statement. A stamp is always newer
+// than the last (a millisecond at least): the owner acts on a changed
+// stamp, and two asks in one millisecond, the second after the owner read
+// the first, would otherwise leave the second's clock to the full rescan.
 func (s *Store) AskRescan(ctx context.Context, shards []int) error {
 	if len(shards) == 0 {
 		return nil
@@ -122,7 +125,7 @@ func (s *Store) AskRescan(ctx context.Context, shards []int) error {
 	for i, sh := range shards {
 		args[i] = sh
 	}
-	if err := s.execRetry(ctx, "UPDATE clock_shard SET rescan_at = "+dbNowMS+" WHERE shard IN ("+placeholders(len(shards))+")", args...); err != nil {
+	if err := s.execRetry(ctx, "UPDATE clock_shard SET rescan_at = GREATEST("+dbNowMS+", rescan_at + 1) WHERE shard IN ("+placeholders(len(shards))+")", args...); err != nil {
 		return fmt.Errorf("ask for a rescan of shards %v: %w", shards, mapErr(err))
 	}
 	return nil
