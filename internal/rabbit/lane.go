@@ -290,7 +290,7 @@ func (p *Publisher) publishBatch(ctx context.Context, msgs []Message, at []time.
 		return p.failAll(errs, fmt.Errorf("%w: %w: connection blocked by broker: %s", ErrUnavailable, ErrNotSent, reason))
 	}
 	if err := ctx.Err(); err != nil {
-		return p.failAll(errs, ctxError(err))
+		return p.failAll(errs, fmt.Errorf("%w (%w)", ctxError(err), ErrNotSent))
 	}
 
 	for i := range errs {
@@ -303,9 +303,16 @@ func (p *Publisher) publishBatch(ctx context.Context, msgs []Message, at []time.
 	s.sock.uncork()
 	l.pubMu.Unlock()
 
+	// The messages from stopped.at on were never written (a lane that
+	// died, the caller's deadline, a failed publish before them): the ring
+	// loop must not count them as attempts.
+	notSent := stopped.err
+	if notSent != nil && !errors.Is(notSent, ErrNotSent) {
+		notSent = fmt.Errorf("%w (%w)", notSent, ErrNotSent)
+	}
 	l.mu.Lock()
 	for i := stopped.at; i < len(msgs); i++ {
-		errs[i] = stopped.err
+		errs[i] = notSent
 	}
 	b.publishing = false
 	if b.remaining == 0 {

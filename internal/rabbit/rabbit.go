@@ -61,9 +61,10 @@ var (
 	// ErrUnavailable: not connected, connection blocked, or connection or
 	// channel lost before the confirm.
 	ErrUnavailable = errors.New("rabbit: broker unavailable")
-	// ErrNotSent comes with ErrUnavailable when the message surely did not
-	// leave this process (not connected, or the connection is blocked).
-	ErrNotSent = errors.New("not connected: message not sent")
+	// ErrNotSent comes with another error when the message surely did not
+	// leave this process: not connected, the connection blocked, or the
+	// batch stopped before it (its lane died, the caller's deadline).
+	ErrNotSent = errors.New("message not sent")
 )
 
 // Config configures a Publisher. Zero durations take their defaults.
