@@ -225,6 +225,13 @@ func (p PatchInput) applySchedule(c Clock, now time.Time) (Clock, error) {
 	if !ok {
 		return Clock{}, invalid("schedule", "has no occurrence after now (%s): check end and the expression", fmtTime(now))
 	}
+	// the occurrences rung count on (as for Resume): a max_occurrences they
+	// reach leaves none to ring
+	if sp.MaxOccurrences > 0 && c.Occurrences >= sp.MaxOccurrences {
+		return Clock{}, &ConflictError{Clock: c, Message: fmt.Sprintf(
+			"clock %s/%s has rung %d occurrences already: max_occurrences must be more than that (or cancel the clock)",
+			c.Application, c.BusinessID, c.Occurrences)}
+	}
 	c.Schedule, c.RingAt, c.Attempts = &sp, first, 0
 	c.NextTryAt = DueAt(first, now)
 	if c.Paused {
