@@ -165,7 +165,7 @@ func (l *Loop) claimer(ctx context.Context) {
 // (preload.rescan, 30 s) although due within the window. Clocks missed for
 // other reasons (cancelled, rung, claimed elsewhere, the lease) are not
 // read back. A claim misses clocks rarely: one more read by primary key.
-func (l *Loop) reofferMoved(ctx context.Context, ids []int64, got []alarm.Clock, until time.Time) {
+func (l *Loop) reofferMoved(ctx context.Context, ids []int64, got []alarm.Clock, until time.Time, stamp uint64) {
 	took := make(map[int64]bool, len(got))
 	for _, c := range got {
 		took[c.ID] = true
@@ -182,7 +182,7 @@ func (l *Loop) reofferMoved(ctx context.Context, ids []int64, got []alarm.Clock,
 		return
 	}
 	for _, d := range moved {
-		l.feed.Offer(d)
+		l.offerSince(stamp, d)
 	}
 	l.m.claimMoved.Add(float64(len(moved)))
 }
@@ -278,6 +278,11 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time, ahead
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	token := rand.Int64()
+	// a failed claim offers its dues back, and one that missed clocks
+	// offers those moved later: not over a change the API made meanwhile
+	// (see record)
+	stamp := l.q.BeginLoad()
+	defer l.q.AddLoaded(stamp, Live)
 	began := l.clk.Now()
 	got, err := l.store.Claim(cctx, l.feed.Owner(), leases, ids, token, now.Add(ahead), now)
 	took := l.clk.Now().Sub(began)
@@ -300,7 +305,7 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time, ahead
 		for _, d := range dues {
 			if _, ok := held[d.Shard]; ok {
 				lc.dues = append(lc.dues, d)
-				l.feed.Offer(d)
+				l.offerSince(stamp, d)
 			}
 		}
 		l.lostMu.Lock()
@@ -316,7 +321,7 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time, ahead
 	if len(got) < len(ids) {
 		// after the claimed clocks are armed: the read back must not
 		// delay their rings
-		defer l.reofferMoved(cctx, ids, got, now.Add(ahead))
+		defer l.reofferMoved(cctx, ids, got, now.Add(ahead), stamp)
 	}
 	if len(got) == 0 {
 		return nil

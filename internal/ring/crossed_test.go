@@ -1,7 +1,9 @@
 package ring
 
 import (
+	"context"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -9,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/schedule"
 )
 
 // Memory may hold an older time than the row: two changes of a clock whose
@@ -86,5 +89,76 @@ func TestExpiredWhileWaitingForAPublishSlot(t *testing.T) {
 			t.Errorf("clock 2: %s with %d attempts, want expired without an attempt", row.Status, row.Attempts)
 		}
 		close(h.pub.gate)
+	})
+}
+
+// hookStore runs after, once, right after an Advance is applied: what an
+// API change committed just after the outcome write (its row lock freed)
+// does, before the recorder goes on.
+type hookStore struct {
+	*fakeStore
+	once  sync.Once
+	after func()
+}
+
+func (s *hookStore) Advance(ctx context.Context, advs []alarm.Advance, tokens []int64, now time.Time) error {
+	err := s.fakeStore.Advance(ctx, advs, tokens, now)
+	if err == nil {
+		s.once.Do(s.after)
+	}
+	return err
+}
+
+// The recorder offers a recurring clock's next occurrence after its
+// Advance is committed (after every chunk of the round). A PATCH of the
+// schedule (or a resume) that commits in between offers the new, earlier
+// time first; the recorder's offer must not put the older occurrence back
+// (the claim at that time would still take the row, and the new occurrence
+// would ring late by the difference).
+func TestRecorderOfferDoesNotUndoAPatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := newFakeClock(t0)
+		q := NewQueue()
+		fs := newFakeStore(clk)
+		hs := &hookStore{fakeStore: fs}
+		h := &harness{t: t, clk: clk, q: q, store: fs, pub: &fakePub{clk: clk}}
+		h.feed = &fakeFeed{q: q, until: t0.Add(24 * time.Hour)}
+		patched := t0.Add(2 * time.Second) // the PATCHed schedule's first occurrence
+		hs.after = func() {
+			// PATCH schedule {"every":"5s","start":t0+2s}: the row moves
+			// to its new first occurrence, then Service.Reschedule tells the
+			// scheduler (preload.Manager.Scheduled: q.Changed + offer)
+			fs.mu.Lock()
+			c := fs.rows[1]
+			c.RingAt, c.NextTryAt, c.Attempts = patched, patched, 0
+			fs.mu.Unlock()
+			q.Changed(1)
+			h.feed.Offer(alarm.Due{ID: 1, Shard: c.Shard, At: patched})
+		}
+		cfg := Config{ClaimAhead: claimAhead, ClaimAheadMax: time.Second,
+			Retry: Retry{Min: time.Second, Max: time.Minute, Rand: fixed(0.5)}, Clock: clk}
+		h.loop = New(cfg, q, hs, h.pub, h.feed)
+		ctx, cancel := context.WithCancel(context.Background())
+		h.cancel, h.done = cancel, make(chan struct{})
+		go func() { defer close(h.done); _ = h.loop.Run(ctx) }()
+		t.Cleanup(h.stop)
+		synctest.Wait()
+
+		// every 5 s from t0+1s: occurrences t0+1s, t0+6s, ...
+		h.add(recurring(t, 1, schedule.Spec{Every: 5 * time.Second, Start: t0.Add(time.Second)}, t0))
+		for h.clk.Now().Before(t0.Add(7 * time.Second)) {
+			h.advance(50 * time.Millisecond)
+		}
+		occ, at := ringTimes(h)
+		if len(occ) < 2 {
+			t.Fatalf("rings %v", occ)
+		}
+		if !occ[0].Equal(t0.Add(time.Second)) {
+			t.Fatalf("first ring %v", occ[0].Sub(t0))
+		}
+		if !occ[1].Equal(patched) || at[1].Sub(patched) > 100*time.Millisecond {
+			t.Errorf("the PATCHed occurrence %v (due at t0+2s) rang at t0+%v: %v late (the stale offer of the old next occurrence, t0+6s, replaced it in memory)",
+				occ[1].Sub(t0), at[1].Sub(t0), at[1].Sub(patched))
+		}
 	})
 }

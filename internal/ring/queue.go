@@ -76,6 +76,16 @@ func (q *Queue) AddLoaded(stamp uint64, c Class, ds ...alarm.Due) {
 	}
 }
 
+// ChangedSince reports whether the API changed clock id since stamp (of a
+// load that still runs): the change's own offer placed it, and what the
+// caller read or wrote before is older.
+func (q *Queue) ChangedSince(stamp uint64, id int64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	seq, ok := q.changed[id]
+	return ok && seq > stamp
+}
+
 // forget drops the changes no running load began before.
 func (q *Queue) forget() {
 	if len(q.loads) == 0 {

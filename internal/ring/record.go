@@ -90,12 +90,22 @@ func (l *Loop) gather(ctx context.Context, d time.Duration) {
 const recordChunk = 500
 
 // record writes r, removing from it what is written, so a retry resumes.
+//
+// The clocks it moves on (a retry, a recurring clock's next occurrence,
+// an unclaimed one) are offered to the feeder after their write. An API
+// change (a PATCH, a resume) may commit in between, once the write freed
+// the row, and offer the clock's new time first: the writes' offers would
+// put the older time back, and the clock would ring late. So record takes
+// a stamp before its writes (as a load does) and leaves out the clocks the
+// API changed since.
 func (l *Loop) record(ctx context.Context, r *results) error {
 	now := l.clk.Now()
+	stamp := l.q.BeginLoad()
+	defer l.q.AddLoaded(stamp, Live) // ends it, adding nothing
 	if err := l.writeRung(ctx, r); err != nil {
 		return err
 	}
-	if err := l.writeAdvance(ctx, r, now); err != nil {
+	if err := l.writeAdvance(ctx, r, now, stamp); err != nil {
 		return err
 	}
 	err := l.write(idsOf(r.failed, outcomeID), func(ids, toks []int64) error {
@@ -103,7 +113,7 @@ func (l *Loop) record(ctx context.Context, r *results) error {
 	}, func(n int) {
 		for i, o := range r.failed[:n] {
 			if o.Status == alarm.StatusPending {
-				l.feed.Offer(alarm.Due{ID: o.ID, Shard: r.failCls[i].Shard, At: o.NextTryAt})
+				l.offerSince(stamp, alarm.Due{ID: o.ID, Shard: r.failCls[i].Shard, At: o.NextTryAt})
 			}
 		}
 		r.failed, r.failCls = r.failed[n:], r.failCls[n:]
@@ -121,10 +131,19 @@ func (l *Loop) record(ctx context.Context, r *results) error {
 		return l.store.Unclaim(ctx, ids, toks, now)
 	}, func(n int) {
 		for _, c := range r.unclaim[:n] {
-			l.feed.Offer(alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt})
+			l.offerSince(stamp, alarm.Due{ID: c.ID, Shard: c.Shard, At: c.NextTryAt})
 		}
 		r.unclaim = r.unclaim[n:]
 	})
+}
+
+// offerSince offers d to the feeder unless the API changed its clock since
+// stamp (see record).
+func (l *Loop) offerSince(stamp uint64, d alarm.Due) {
+	if l.q.ChangedSince(stamp, d.ID) {
+		return
+	}
+	l.feed.Offer(d)
 }
 
 // writeRung records confirmed rings in chunks, Recorders of them at once
@@ -143,13 +162,13 @@ func (l *Loop) writeRung(ctx context.Context, r *results) error {
 // transaction of a few statements), and offers each clock's next
 // occurrence to the feeder (due at once when it was missed); r.advance
 // keeps what failed, for the retry.
-func (l *Loop) writeAdvance(ctx context.Context, r *results, now time.Time) error {
+func (l *Loop) writeAdvance(ctx context.Context, r *results, now time.Time, stamp uint64) error {
 	failed, written, err := writeChunks(l, r.advance, advanceID, func(c []alarm.Advance, toks []int64) error {
 		return l.store.Advance(ctx, c, toks, now)
 	})
 	for _, a := range written {
 		if !a.Next.IsZero() {
-			l.feed.Offer(alarm.Due{ID: a.ID, Shard: a.Shard, At: a.NextTryAt})
+			l.offerSince(stamp, alarm.Due{ID: a.ID, Shard: a.Shard, At: a.NextTryAt})
 		}
 	}
 	r.advance = failed
