@@ -24,6 +24,12 @@ const copyCols = `id, application, business_id, shard, status, payload, content_
 latest_ring_at, max_attempts, attempts, next_try_time, last_error, claim_epoch, claim_token, rung_at,
 create_time, update_time, op_token, ` + scheduleCols
 
+// finishTime is the finish_time of a clock moved to history (see archive):
+// its update_time, or for a recurring clock, after its occurrences' rows
+// (read only for recurring clocks: one index dive per partition).
+const finishTime = `IF(schedule_cron IS NULL AND schedule_every_ms IS NULL, update_time,
+GREATEST(update_time, (SELECT COALESCE(MAX(h.finish_time), 0) + 1 FROM clock_history h WHERE h.id = clock.id)))`
+
 // finishedStatuses as SQL, for IN lists.
 const finishedSQL = "'rung', 'cancelled', 'expired', 'dead'"
 
@@ -32,6 +38,13 @@ const finishedSQL = "'rung', 'cancelled', 'expired', 'dead'"
 // row locks, so that the copy is the row it deletes (under READ COMMITTED
 // the INSERT ... SELECT reads without locking). A finished clock's
 // update_time is the time it finished.
+//
+// A recurring clock has rows in history already, one per finished
+// occurrence, keyed (id, finish_time = the occurrence's time): its own row
+// finishes after the last of them (finishTime). API changes keep
+// update_time after it; a row an older version finished in the very
+// millisecond of an occurrence would otherwise fail the copy (a duplicate
+// key) at every janitor run, and every create re-arming its key.
 func archive(ctx context.Context, tx sqlx.ExecerContext, ids []int64, history bool) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
@@ -39,7 +52,7 @@ func archive(ctx context.Context, tx sqlx.ExecerContext, ids []int64, history bo
 	match, args := idMatch(sortedIDs(ids))
 	if history {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO clock_history ("+copyCols+", finish_time) SELECT "+copyCols+
-			", update_time FROM "+byID+" WHERE "+match, args...); err != nil {
+			", "+finishTime+" FROM "+byID+" WHERE "+match, args...); err != nil {
 			return 0, fmt.Errorf("copy %d clocks to history: %w", len(ids), err)
 		}
 	}
@@ -67,11 +80,17 @@ func (h historyRow) clock() alarm.Clock {
 }
 
 // getHistory reads the newest clock of k in clock_history (one index dive
-// per partition).
+// per partition). The index is forced: with more than a few rows for the
+// key (a recurring clock's occurrences, a key re-armed often) MariaDB chose
+// a backward scan of the primary key for the ORDER BY ... LIMIT 1, reading
+// the history of every clock created after this one. In the index, a
+// key's rows are in (id, finish_time) order, and a recurring clock's own
+// row finished after each of its occurrences: the first row read backwards
+// that is not an occurrence is the answer.
 func (s *Store) getHistory(ctx context.Context, q sqlx.QueryerContext, k alarm.Key) (alarm.Clock, error) {
 	var r historyRow
-	err := sqlx.GetContext(ctx, q, &r, "SELECT "+clockCols+", finish_time FROM clock_history"+
-		" WHERE application = ? AND business_id = ? AND occurrence_of IS NULL ORDER BY id DESC LIMIT 1", k.Application, k.BusinessID)
+	err := sqlx.GetContext(ctx, q, &r, "SELECT "+clockCols+", finish_time FROM clock_history FORCE INDEX (idx_clock_history_application_business_id)"+
+		" WHERE application = ? AND business_id = ? AND occurrence_of IS NULL ORDER BY id DESC, finish_time DESC LIMIT 1", k.Application, k.BusinessID)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return alarm.Clock{}, fmt.Errorf("clock %s: %w", k, alarm.ErrNotFound)
@@ -198,7 +217,7 @@ func (s *Store) HistoryDays(ctx context.Context) ([]time.Time, error) {
 // ddlLockWait bounds how long a partition change waits for the table's
 // metadata lock (a long query on clock_history holds it): statements
 // queue behind a waiting ALTER, so it must not wait long.
-const ddlLockWait = 3 * time.Second
+const ddlLockWait = 1 * time.Second
 
 // alterHistory runs one ALTER TABLE clock_history on a connection whose
 // metadata lock wait is short.

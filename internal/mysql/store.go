@@ -459,9 +459,15 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 
 // transition changes a clock with a conditional UPDATE (only from the given
 // statuses) and reads it back, in one transaction.
+//
+// update_time only moves on (GREATEST(now, update_time + 1), here and in
+// Change): the API's clock may be a few ms behind the instance that
+// recorded an occurrence, and a recurring clock's row must finish after
+// its occurrences' rows in clock_history (they are keyed by id and finish
+// time).
 func (s *Store) transition(ctx context.Context, k alarm.Key, verb, set string, setArgs []any, now time.Time, from ...alarm.Status) (alarm.Clock, error) {
 	// a claimed clock (firing) has status 'pending' and a claim_token, not 0
-	q := "UPDATE clock SET " + set + ", op_token = ?, update_time = ? WHERE application = ? AND business_id = ? AND status IN (" +
+	q := "UPDATE clock SET " + set + ", op_token = ?, update_time = GREATEST(?, update_time + 1) WHERE application = ? AND business_id = ? AND status IN (" +
 		placeholders(len(from)) + ") AND " + notClaimed
 	return s.change(ctx, k, verb, func(tx *sqlx.Tx, token int64) (bool, error) {
 		args := append(append([]any{}, setArgs...), token, ms(now), k.Application, k.BusinessID)
@@ -525,7 +531,7 @@ func (s *Store) Change(ctx context.Context, k alarm.Key, verb string, now time.T
 		}
 		sr := scheduleRowOf(c)
 		_, err = tx.ExecContext(ctx, `UPDATE clock SET payload = ?, target_ring_at = ?, latest_ring_at = ?, max_attempts = ?,
-			next_try_time = ?, attempts = ?, `+scheduleSet+`, op_token = ?, update_time = ? WHERE id = ? AND `+unclaimed,
+			next_try_time = ?, attempts = ?, `+scheduleSet+`, op_token = ?, update_time = GREATEST(?, update_time + 1) WHERE id = ? AND `+unclaimed,
 			append(append([]any{c.Payload, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts, ms(c.NextTryAt), c.Attempts},
 				sr.args()...), token, ms(now), c.ID)...)
 		if err != nil {
