@@ -6,6 +6,7 @@
 package janitor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -129,7 +130,18 @@ type Janitor struct {
 	held      bool
 	counts    map[alarm.Status]int64
 	countedAt time.Time
+
+	ddlRetryAt time.Time // no partition change before (after one failed; runs only)
 }
+
+// partitionRetry is how long the janitor leaves partitions alone after a
+// change failed. A change fails when another session holds clock_history's
+// metadata lock (a long report, an open transaction that read it), and
+// while it waits for that lock, writes to clock_history queue behind it
+// (up to twice mysql's 1 s wait): trying at every run would stall them
+// every interval. Days are made janitor.partitions_ahead ahead, so the
+// wait costs nothing; clocks of a day without its partition go to pmax.
+const partitionRetry = 5 * time.Minute
 
 // New makes a janitor; it registers its metrics, clockd_clocks{status}
 // among them (exported only while this instance holds the lease, so that
@@ -278,8 +290,13 @@ func (j *Janitor) RunOnce(ctx context.Context) error {
 		return err
 	}
 	var errs []error
-	if err := j.partitionsStep(runCtx); err != nil {
-		errs = append(errs, lost(err))
+	if now := j.cfg.Now(); !now.Before(j.ddlRetryAt) {
+		if err := j.partitionsStep(runCtx); err != nil {
+			errs = append(errs, lost(err))
+			if runCtx.Err() == nil {
+				j.ddlRetryAt = now.Add(partitionRetry)
+			}
+		}
 	}
 	archived, deleted, err := j.moveStep(runCtx)
 	if err != nil {
@@ -316,7 +333,12 @@ type class struct {
 // rings are due, rests the movers to leave MySQL to the ring path.
 func (j *Janitor) moveStep(ctx context.Context) (archived, deleted int64, err error) {
 	now := j.cfg.Now()
-	dropBefore := now.Add(-j.cfg.HistoryKeep) // history would drop them already
+	// Clocks history would drop already are deleted, not copied: those of
+	// the UTC days whose partitions are dropped (PlanPartitions), not all
+	// that finished more than keep ago. A clock of a day still kept must be
+	// archived: its key's older clocks (archived when it was re-armed) are
+	// in that day or earlier, and a GET of the key would answer one of them.
+	dropBefore := now.Add(-j.cfg.HistoryKeep).UTC().Truncate(24 * time.Hour)
 	if j.cfg.NoHistory {
 		dropBefore = now
 	}
@@ -325,17 +347,23 @@ func (j *Janitor) moveStep(ctx context.Context) (archived, deleted int64, err er
 		{[]alarm.Status{alarm.StatusRung, alarm.StatusCancelled}, j.cfg.Retention},
 		{[]alarm.Status{alarm.StatusExpired, alarm.StatusDead}, j.cfg.RetentionFailed},
 	}
+	// A status whose moves fail does not keep the others in clock: each is
+	// tried, and the first error is the run's.
+	var first error
 	for _, cl := range classes {
 		before := now.Add(-cl.retention)
 		for _, st := range cl.statuses {
 			a, d, err := j.moveStatus(ctx, p, st, before, dropBefore)
 			archived, deleted = archived+a, deleted+d
 			if err != nil {
-				return archived, deleted, err
+				if ctx.Err() != nil {
+					return archived, deleted, err
+				}
+				first = cmp.Or(first, err)
 			}
 		}
 	}
-	return archived, deleted, nil
+	return archived, deleted, first
 }
 
 // restCheck: a mover's rest ends early when the ring path has had no
