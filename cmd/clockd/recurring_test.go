@@ -185,3 +185,50 @@ func TestRecurringReturnedAndFinished(t *testing.T) {
 		t.Errorf("no occurrence of the unroutable clock was given up at its deadline")
 	}
 }
+
+// A recurring clock whose last occurrence was given up at its
+// occurrence_deadline finishes expired, and can be replayed (SPEC): the
+// replay rings that occurrence now (its message_id unchanged), and the
+// deadline counts from the replay. Counted from the occurrence's time, it
+// had passed: the replay answered 200 and the clock expired again, never
+// delivered.
+func TestReplayOfAnExpiredRecurringClockRings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := testenv.StartClockd(t, e.vars(map[string]string{"CLOCKD_RETRY_MIN": "200ms", "CLOCKD_RETRY_MAX": "400ms"}))
+	ctx := context.Background()
+	const app, bid = "recexp", "r-1"
+	start := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	// one occurrence only (end = start), given up 1 s after its time; no
+	// queue bound yet, so every attempt is unroutable
+	body := map[string]any{"application": app, "business_id": bid, "payload": "{}",
+		"schedule": map[string]any{"every": "1s", "start": start.Format(time.RFC3339Nano),
+			"end": start.Format(time.RFC3339Nano), "occurrence_deadline": "1s"}}
+	var c httpapi.Clock
+	if code, err := d.Do(ctx, "POST", "/v1/clocks", body, &c); err != nil || code != http.StatusCreated {
+		t.Fatalf("create: %d %v", code, err)
+	}
+	waitClock(t, d, app, bid, 15*time.Second, "expired", func(c httpapi.Clock) bool { return c.Status == "expired" })
+
+	// replayed after the occurrence's deadline, as an operator would
+	time.Sleep(time.Until(start.Add(1500 * time.Millisecond)))
+	cons := testenv.Consume(t, e.AMQP, e.Exchange, app)
+	var rc httpapi.Clock
+	code, err := d.Do(ctx, "POST", clockPath(app, bid)+"/replay", nil, &rc)
+	if err != nil || code != http.StatusOK || rc.Status != "pending" {
+		t.Fatalf("replay: %d %v status %q", code, err, rc.Status)
+	}
+	if !cons.WaitDistinct(1, 5*time.Second) {
+		after := getClock(t, d, app, bid)
+		le := "none"
+		if after.LastError != nil {
+			le = *after.LastError
+		}
+		t.Fatalf("the replayed clock was never delivered; it is now %s, last_error %q", after.Status, le)
+	}
+	want := strconv.FormatInt(c.ID, 10) + ":" + strconv.FormatInt(start.UnixMilli(), 10)
+	if id := cons.Rings()[0].Delivery.MessageId; id != want {
+		t.Errorf("replayed ring's message_id %s, want the occurrence's %s", id, want)
+	}
+	waitClock(t, d, app, bid, 5*time.Second, "rung after its replayed last occurrence", func(c httpapi.Clock) bool { return c.Status == "rung" })
+}

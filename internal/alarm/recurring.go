@@ -36,9 +36,11 @@ func (c Clock) Recurring() bool { return c.Schedule != nil }
 
 // RingBy is the latest time c's current attempt may ring: latest_ring_at
 // for a one-shot clock; for a recurring one, its occurrence's time plus
-// the schedule's occurrence_deadline (zero: no limit).
+// the schedule's occurrence_deadline (zero: no limit), or for an
+// occurrence replayed, latest_ring_at (the replay's time plus the
+// deadline, set by the replay until the clock moves on).
 func (c Clock) RingBy() time.Time {
-	if c.Schedule == nil {
+	if c.Schedule == nil || !c.LatestRingAt.IsZero() {
 		return c.LatestRingAt
 	}
 	if d := c.Schedule.OccurrenceDeadline; d > 0 {
@@ -233,6 +235,7 @@ func (p PatchInput) applySchedule(c Clock, now time.Time) (Clock, error) {
 			c.Application, c.BusinessID, c.Occurrences)}
 	}
 	c.Schedule, c.RingAt, c.Attempts = &sp, first, 0
+	c.LatestRingAt, c.ReplayedAttempts = time.Time{}, 0 // a new occurrence: a replay's deadline and attempts are not its
 	c.NextTryAt = DueAt(first, now)
 	if c.Paused {
 		c.NextTryAt = farFuture
@@ -271,5 +274,6 @@ func Resume(c Clock, now time.Time) (Clock, error) {
 		return Clock{}, &ConflictError{Clock: c, Message: fmt.Sprintf("clock %s/%s has rung its %d occurrences: cancel it", c.Application, c.BusinessID, c.Occurrences)}
 	}
 	c.Paused, c.RingAt, c.Attempts, c.NextTryAt, c.UpdatedAt = false, first, 0, DueAt(first, now), now
+	c.LatestRingAt, c.ReplayedAttempts = time.Time{}, 0 // a new occurrence, as for a PATCH
 	return c, nil
 }

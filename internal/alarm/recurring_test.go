@@ -36,3 +36,38 @@ func TestPatchScheduleMaxOccurrencesCountsThoseRung(t *testing.T) {
 		t.Errorf("after the next ring: occurrences %d, next %v; want 4 and the clock finished", a.Occurrences, a.Next)
 	}
 }
+
+// RingBy of a recurring clock: its occurrence's time plus the deadline,
+// or, for an occurrence replayed, latest_ring_at (the replay's time plus
+// the deadline); a PATCH of the schedule or a resume starts a new
+// occurrence, without the replay's deadline or attempts.
+func TestRingByOfAReplayedOccurrence(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	sp := schedule.MustParse(schedule.Spec{Every: time.Minute, Start: now.Add(-10 * time.Minute), OccurrenceDeadline: time.Minute}).Spec()
+	c := Clock{ID: 1, Application: "app", BusinessID: "b", Status: StatusPending, Schedule: &sp,
+		RingAt: now.Add(-5 * time.Minute), NextTryAt: now}
+	if got, want := c.RingBy(), now.Add(-4*time.Minute); !got.Equal(want) {
+		t.Errorf("RingBy %v, want the occurrence's time plus the deadline %v", got, want)
+	}
+	c.LatestRingAt, c.ReplayedAttempts = now.Add(time.Minute), 3 // as Store.Replay leaves it
+	if got := c.RingBy(); !got.Equal(now.Add(time.Minute)) {
+		t.Errorf("RingBy of the replayed occurrence %v, want the replay's deadline %v", got, now.Add(time.Minute))
+	}
+	every := time.Minute
+	p := PatchInput{Schedule: &ScheduleInput{Every: &every}}
+	got, err := p.Apply(c, now, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.LatestRingAt.IsZero() || got.ReplayedAttempts != 0 {
+		t.Errorf("after a PATCH of the schedule: latest_ring_at %v, replayed attempts %d; want none", got.LatestRingAt, got.ReplayedAttempts)
+	}
+	c.Paused = true
+	got, err = Resume(c, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.LatestRingAt.IsZero() || got.ReplayedAttempts != 0 {
+		t.Errorf("after a resume: latest_ring_at %v, replayed attempts %d; want none", got.LatestRingAt, got.ReplayedAttempts)
+	}
+}

@@ -244,6 +244,8 @@ func advanceRows(ctx context.Context, tx *sqlx.Tx, advs []alarm.Advance, tokens 
 		"c.next_try_time = v.v_ntt, c.attempts = COALESCE(v.v_att, c.attempts), " +
 		// a next occurrence is a first publish of its message_id: a replay's attempts no longer count
 		"c.replayed_attempts = IF(v.v_att IS NULL, c.replayed_attempts, 0), c.occurrences = v.v_occ, " +
+		// and a replayed occurrence's deadline (see Store.Replay) is not the next one's
+		"c.latest_ring_at = IF(v.v_att IS NULL, c.latest_ring_at, NULL), " +
 		"c.rung_at = COALESCE(v.v_rung, c.rung_at), c.last_error = v.v_err, c.update_time = v.v_upd, c.claim_token = " + unclaimed + where
 	if _, err := tx.ExecContext(ctx, q, append(args, wargs...)...); err != nil {
 		return fmt.Errorf("move %d recurring clocks on: %w", len(advs), err)

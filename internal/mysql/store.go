@@ -497,13 +497,19 @@ func (s *Store) Cancel(ctx context.Context, k alarm.Key, now time.Time) (alarm.C
 // attempts made so far move to replayed_attempts (assigned first: it reads
 // attempts before it is reset, whether or not the server assigns
 // simultaneously), so that its next ring does not say attempt 1 again.
+//
+// A recurring clock's replayed occurrence keeps its time (and message_id);
+// its occurrence_deadline counts from the replay: latest_ring_at holds it
+// (now + the deadline) until the clock moves on (see alarm.Clock.RingBy).
+// Counted from the occurrence's time, it had passed: the replay answered
+// 200 and the clock expired again without a ring.
 func (s *Store) Replay(ctx context.Context, k alarm.Key, now time.Time) (alarm.Clock, error) {
 	n := ms(now)
 	return s.transition(ctx, k, "replay",
 		`replayed_attempts = replayed_attempts + attempts, status = 'pending', next_try_time = ?, attempts = 0,
 		 claim_token = `+s.unclaimedToken()+`, claim_epoch = 0, claim_time = 0,
-		 latest_ring_at = IF(latest_ring_at <= ?, NULL, latest_ring_at)`,
-		[]any{n, n}, now, alarm.StatusExpired, alarm.StatusDead)
+		 latest_ring_at = IF(`+recurringSQL+`, ? + occurrence_deadline_ms, IF(latest_ring_at <= ?, NULL, latest_ring_at))`,
+		[]any{n, n, n}, now, alarm.StatusExpired, alarm.StatusDead)
 }
 
 // Reschedule changes a pending clock inside a transaction.
@@ -531,7 +537,8 @@ func (s *Store) Change(ctx context.Context, k alarm.Key, verb string, now time.T
 		}
 		sr := scheduleRowOf(c)
 		_, err = tx.ExecContext(ctx, `UPDATE clock SET payload = ?, target_ring_at = ?, latest_ring_at = ?, max_attempts = ?,
-			next_try_time = ?, attempts = ?, `+scheduleSet+`, op_token = ?, update_time = GREATEST(?, update_time + 1) WHERE id = ? AND `+unclaimed,
+			next_try_time = ?, attempts = ?, replayed_attempts = IF(`+recurringSQL+`, 0, replayed_attempts),
+			`+scheduleSet+`, op_token = ?, update_time = GREATEST(?, update_time + 1) WHERE id = ? AND `+unclaimed,
 			append(append([]any{c.Payload, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts, ms(c.NextTryAt), c.Attempts},
 				sr.args()...), token, ms(now), c.ID)...)
 		if err != nil {
