@@ -79,17 +79,16 @@ func (h historyRow) clock() alarm.Clock {
 	return c
 }
 
-// getHistory reads the newest clock of k in clock_history (one index dive
-// per partition). The index is forced: with more than a few rows for the
-// key (a recurring clock's occurrences, a key re-armed often) MariaDB chose
-// a backward scan of the primary key for the ORDER BY ... LIMIT 1, reading
-// the history of every clock created after this one. In the index, a
-// key's rows are in (id, finish_time) order, and a recurring clock's own
-// row finished after each of its occurrences: the first row read backwards
-// that is not an occurrence is the answer.
+// getHistory reads the newest clock of k in clock_history: the key's rows
+// that are not occurrences (one per time it was armed), found by
+// (application, business_id, occurrence_of) in each partition (migration
+// 00013). The index is forced: with more than a few rows for the key (a
+// recurring clock's occurrences, a key re-armed often) MariaDB chose a
+// backward scan of the primary key for the ORDER BY ... LIMIT 1, reading
+// the history of every clock created after this one.
 func (s *Store) getHistory(ctx context.Context, q sqlx.QueryerContext, k alarm.Key) (alarm.Clock, error) {
 	var r historyRow
-	err := sqlx.GetContext(ctx, q, &r, "SELECT "+clockCols+", finish_time FROM clock_history FORCE INDEX (idx_clock_history_application_business_id)"+
+	err := sqlx.GetContext(ctx, q, &r, "SELECT "+clockCols+", finish_time FROM clock_history FORCE INDEX (idx_clock_history_key)"+
 		" WHERE application = ? AND business_id = ? AND occurrence_of IS NULL ORDER BY id DESC, finish_time DESC LIMIT 1", k.Application, k.BusinessID)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
