@@ -103,6 +103,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 			"Every rate is also given as a ratio to a ceiling of the machine measured in the same\n"+
 			"run (scenarios mysql and broker), and the targets of issue 15 are checked by ratio.\n"+
 			"Exits non-zero when a ring, hot or sweep scenario saw an early or lost ring.\n\nflags:\n")
+		// the defaults of -token, -amqp and -mysql come from the
+		// environment: never print a secret (-h goes into CI logs)
+		fs.VisitAll(func(f *flag.Flag) { f.DefValue = redactFlag(f.Name, f.DefValue) })
 		fs.PrintDefaults()
 	}
 
@@ -261,21 +264,24 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		c.nSet = c.nSet || f.Name == "n"
 	})
 	c.flags = map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) {
-		v := f.Value.String()
-		switch f.Name {
-		case "amqp":
-			v = redactURL(v)
-		case "mysql":
-			v = redactDSN(v)
-		case "token":
-			if v != "" {
-				v = "(set)" // never write a secret into the report
-			}
-		}
-		c.flags[f.Name] = v
-	})
+	fs.VisitAll(func(f *flag.Flag) { c.flags[f.Name] = redactFlag(f.Name, f.Value.String()) })
 	return c, nil
+}
+
+// redactFlag is the value of flag name as the report and the usage show
+// it: without its secrets.
+func redactFlag(name, v string) string {
+	switch name {
+	case "amqp":
+		return redactURL(v)
+	case "mysql":
+		return redactDSN(v)
+	case "token":
+		if v != "" {
+			return "(set)"
+		}
+	}
+	return v
 }
 
 // parseScenarios turns the -scenario list into the selected scenarios in

@@ -107,13 +107,23 @@ func TestAuthenticateCaches(t *testing.T) {
 			t.Fatalf("Authenticate: %+v %v", p, err)
 		}
 	}
+	unknown, _ := auth.NewSecret()
 	for range 10 {
-		if _, err := a.Authenticate(ctx, "Bearer clk_unknown"); !errors.Is(err, auth.ErrUnauthenticated) {
+		if _, err := a.Authenticate(ctx, "Bearer "+unknown); !errors.Is(err, auth.ErrUnauthenticated) {
 			t.Fatalf("unknown token: %v", err)
 		}
 	}
 	if st.lookups != 2 {
 		t.Errorf("%d store lookups for 110 requests with 2 tokens, want 2 (cached)", st.lookups)
+	}
+	// what NewSecret cannot have made is refused without a lookup
+	for _, bad := range []string{"clk_unknown", unknown[:len(unknown)-1], unknown + "A", "xyz" + unknown[3:], unknown[:20] + "!" + unknown[21:]} {
+		if _, err := a.Authenticate(ctx, "Bearer "+bad); !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Fatalf("made-up token %q: %v", bad, err)
+		}
+	}
+	if st.lookups != 2 {
+		t.Errorf("%d store lookups after made-up tokens, want still 2", st.lookups)
 	}
 	clk.add(6 * time.Second)
 	if _, err := a.Authenticate(ctx, "bearer "+secret); err != nil || st.lookups != 3 {
@@ -136,7 +146,8 @@ func TestAuthenticateCaches(t *testing.T) {
 	}
 	st.down = true
 	clk.add(time.Minute)
-	if _, err := a.Authenticate(ctx, "Bearer clk_other"); !errors.Is(err, alarm.ErrUnavailable) || errors.Is(err, auth.ErrUnauthenticated) {
+	other, _ := auth.NewSecret()
+	if _, err := a.Authenticate(ctx, "Bearer "+other); !errors.Is(err, alarm.ErrUnavailable) || errors.Is(err, auth.ErrUnauthenticated) {
 		t.Errorf("store down: %v, want unavailable (503), not 401", err)
 	}
 	off := auth.New(st, auth.Config{Mode: auth.ModeOff})

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -54,10 +55,34 @@ type Authenticator struct {
 	now       func() time.Time
 	log       *slog.Logger
 
-	mu    sync.RWMutex
-	cache map[[32]byte]cached
+	mu      sync.RWMutex
+	cache   map[[32]byte]cached
+	revokes uint64 // revocations through this instance (under mu): a lookup begun before one is not cached
 
 	flight group
+}
+
+// lookupTimeout bounds a token lookup, which runs apart from the request
+// that began it: requests with the same token share it, and one client
+// going away must not fail the others.
+const lookupTimeout = 5 * time.Second
+
+// secretLen is the length of every secret NewSecret makes.
+var secretLen = len(SecretPrefix) + base64.RawURLEncoding.EncodedLen(32)
+
+// wellFormed reports whether s can be a secret NewSecret made: anything
+// else is refused without asking the store (a request with a made-up
+// token must not cost a query, nor fill the cache).
+func wellFormed(s string) bool {
+	if len(s) != secretLen || !strings.HasPrefix(s, SecretPrefix) {
+		return false
+	}
+	for _, r := range s[len(SecretPrefix):] {
+		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 type cached struct {
@@ -131,6 +156,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 	if a.adminHash != nil && subtle.ConstantTimeCompare(hash[:], a.adminHash) == 1 {
 		return Principal{Admin: true}, nil
 	}
+	if !wellFormed(secret) {
+		return Principal{}, fmt.Errorf("%w: the token is not valid (unknown or revoked)", ErrUnauthenticated)
+	}
 	now := a.now()
 	a.mu.RLock()
 	c, hit := a.cache[hash]
@@ -151,7 +179,12 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 // lookup asks the store once for every concurrent request with the same
 // token, caches the answer and, for a valid token, records its use.
 func (a *Authenticator) lookup(ctx context.Context, hash [32]byte, now time.Time) (cached, error) {
-	v, err := a.flight.do(string(hash[:]), func() (any, error) {
+	v, err := a.flight.do(ctx, string(hash[:]), func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+		defer cancel()
+		a.mu.RLock()
+		revokes := a.revokes
+		a.mu.RUnlock()
 		tok, err := a.store.TokenByHash(ctx, hash)
 		c := cached{expires: now.Add(a.ttl)}
 		switch {
@@ -169,10 +202,19 @@ func (a *Authenticator) lookup(ctx context.Context, hash [32]byte, now time.Time
 			}
 		}
 		a.mu.Lock()
-		if len(a.cache) >= maxCached {
-			clear(a.cache)
+		// A revocation since the store was read may have been missed by it
+		// (the answer is this request's, but not the cache's): the next
+		// request asks again.
+		if a.revokes == revokes {
+			if len(a.cache) >= maxCached {
+				// misses first: made-up tokens must not push valid ones out
+				maps.DeleteFunc(a.cache, func(_ [32]byte, c cached) bool { return !c.ok })
+				if len(a.cache) >= maxCached {
+					clear(a.cache)
+				}
+			}
+			a.cache[hash] = c
 		}
-		a.cache[hash] = c
 		a.mu.Unlock()
 		return c, nil
 	})
@@ -219,6 +261,7 @@ func (a *Authenticator) RevokeToken(ctx context.Context, id int64) (Token, error
 		return Token{}, err
 	}
 	a.mu.Lock()
+	a.revokes++
 	for h, c := range a.cache {
 		if c.tok.ID == id {
 			delete(a.cache, h)
@@ -241,23 +284,31 @@ type call struct {
 	err  error
 }
 
-func (g *group) do(key string, fn func() (any, error)) (any, error) {
+// do runs fn once for every concurrent caller of key, in a goroutine of
+// its own: a caller whose ctx ends stops waiting (with ctx's error), and
+// fn goes on for the others.
+func (g *group) do(ctx context.Context, key string, fn func() (any, error)) (any, error) {
 	g.mu.Lock()
 	if g.calls == nil {
 		g.calls = map[string]*call{}
 	}
-	if c, ok := g.calls[key]; ok {
-		g.mu.Unlock()
-		<-c.done
-		return c.v, c.err
+	c, ok := g.calls[key]
+	if !ok {
+		c = &call{done: make(chan struct{})}
+		g.calls[key] = c
+		go func() {
+			c.v, c.err = fn()
+			g.mu.Lock()
+			delete(g.calls, key)
+			g.mu.Unlock()
+			close(c.done)
+		}()
 	}
-	c := &call{done: make(chan struct{})}
-	g.calls[key] = c
 	g.mu.Unlock()
-	c.v, c.err = fn()
-	g.mu.Lock()
-	delete(g.calls, key)
-	g.mu.Unlock()
-	close(c.done)
-	return c.v, c.err
+	select {
+	case <-c.done:
+		return c.v, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }

@@ -95,6 +95,9 @@ type Console struct {
 	// The heavier reads, kept between views (kept.go).
 	overviewSnap *kept[overviewStats]
 	failingSnap  *kept[failing]
+	// cop refuses the posts a browser sends for a page of another origin
+	// (Sec-Fetch-Site, or an Origin other than the Host), as the API does.
+	cop *http.CrossOriginProtection
 }
 
 // staleLimit: a kept read older than this is read again before the page
@@ -118,7 +121,8 @@ func New(o Options) (*Console, error) {
 	if o.Fresh <= 0 {
 		o.Fresh = 10 * time.Second
 	}
-	c := &Console{o: o, log: o.Logger, mux: http.NewServeMux(), sampler: newSampler(o.Gatherer), closing: make(chan struct{})}
+	c := &Console{o: o, log: o.Logger, mux: http.NewServeMux(), sampler: newSampler(o.Gatherer), closing: make(chan struct{}),
+		cop: http.NewCrossOriginProtection()}
 	c.overviewSnap = &kept[overviewStats]{fresh: o.Fresh, stale: staleLimit, load: c.readOverview, now: o.Now}
 	c.failingSnap = &kept[failing]{fresh: o.Fresh, stale: staleLimit, load: c.readFailing, now: o.Now}
 	if err := c.parseTemplates(); err != nil {
@@ -161,7 +165,18 @@ func (c *Console) Run(ctx context.Context) error {
 func (c *Console) Close() { c.closeOnce.Do(func() { close(c.closing) }) }
 
 // ServeHTTP serves the pages with the headers every answer carries.
+//
+// Requests a browser makes for a page of another origin are refused: an
+// action (a POST) by cop, and the live tail, a GET that binds a queue to
+// the ring exchange, by crossOriginGET. With auth off (the default on
+// loopback) nothing else would stop them: a page on another port of the
+// same host is the same site (SameSite cookies go with it), and there is
+// no secret in the CSRF token to keep it from computing one.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := c.cop.Check(r); err != nil || crossOriginGET(r) {
+		http.Error(w, "cross-origin request refused: the console answers its own pages only", http.StatusForbidden)
+		return
+	}
 	h := w.Header()
 	// Nothing of the console is framed, sniffed, or loaded from elsewhere.
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
@@ -169,6 +184,26 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	c.mux.ServeHTTP(w, r)
+}
+
+// crossOriginGET reports a live-tail request a browser sent for a page of
+// another origin (an <img> or EventSource elsewhere): Sec-Fetch-Site other
+// than same-origin or none (typed, bookmarked), or without it an Origin
+// whose host is not the Host. Other GETs only read.
+func crossOriginGET(r *http.Request) bool {
+	if r.URL.Path != Prefix+"tail/events" {
+		return false
+	}
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		return true
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		return err != nil || u.Host != r.Host
+	}
+	return false
 }
 
 // view is what every page template gets.
