@@ -113,6 +113,24 @@ func (a *api) admitOne(r *http.Request, in alarm.CreateInput) error {
 	return errs[0]
 }
 
+// admitReplay asks the application's quota for a replay as for a create
+// (its payload was admitted when the clock was set): a replay makes a
+// finished clock live again, and without the quota an application could
+// hold any number of live clocks by letting them die and replaying them.
+// An operator's replays in the console are not counted.
+func (a *api) admitReplay(r *http.Request, app string) error {
+	if a.quotas == nil {
+		return nil
+	}
+	ctx, cancel := a.bounded(r)
+	defer cancel()
+	errs, err := a.quotas.Admit(ctx, app, []int{0})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
 // overQuota answers a create that its application's quota refused when
 // the key has a live clock: such a create sets no clock, so the idempotency
 // rule answers it, whatever the quota says (alarm.AnswerExisting: 200 with

@@ -308,6 +308,10 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	if err := a.admitReplay(r, key(r).Application); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	c, err := a.svc.Replay(r.Context(), key(r))
 	if err != nil {
 		a.fail(w, r, err)
