@@ -463,3 +463,36 @@ func TestMigrateFromPreviousSchema(t *testing.T) {
 		t.Errorf("migrated clock k-7: %+v %v", c, err)
 	}
 }
+
+// Within the idempotency window, a create identical to the one that set a
+// finished clock is its retry and answers with it: the 409 of a change of
+// that clock says so (it said only "a create sets a new clock", and an
+// identical create then set nothing), and what it says works.
+func TestRefusalOfAFinishedClockTellsOfTheIdempotencyWindow(t *testing.T) {
+	t.Parallel()
+	s, _ := historyStore(t, mysql.StoreConfig{})
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Millisecond)
+	k := alarm.Key{Application: "order", BusinessID: "o-w"}
+	n := alarm.NewClock{Application: k.Application, BusinessID: k.BusinessID, Payload: "p", ContentType: "text/plain", RingAt: now.Add(time.Hour)}
+	first := createOne(t, s, n, now)
+	if first.Err != nil {
+		t.Fatal(first.Err)
+	}
+	if _, err := s.Cancel(ctx, k, now); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Cancel(ctx, k, now)
+	var ce *alarm.ConflictError
+	until := now.Add(mysql.DefaultIdempotencyWindow).UTC().Format("2006-01-02T15:04:05.000Z")
+	if !errors.As(err, &ce) || !strings.Contains(ce.Message, "until "+until) || !strings.Contains(ce.Message, "change its ring time or payload") {
+		t.Fatalf("second cancel: %v; want a 409 that tells of the window until %s", err, until)
+	}
+	if again := createOne(t, s, n, now.Add(time.Second)); again.Err != nil || again.Created || again.Clock.ID != first.Clock.ID {
+		t.Errorf("an identical create within the window: %+v, want the cancelled clock (as the 409 says)", again)
+	}
+	n.RingAt = n.RingAt.Add(time.Minute)
+	if moved := createOne(t, s, n, now.Add(time.Second)); moved.Err != nil || !moved.Created || moved.Clock.ID == first.Clock.ID {
+		t.Errorf("a create with another ring time: %+v, want a new clock (as the 409 says)", moved)
+	}
+}

@@ -313,14 +313,21 @@ func (s *Store) Get(ctx context.Context, k alarm.Key) (alarm.Clock, error) {
 }
 
 // refusal says why a change of clock c was refused, and what to do when
-// it is finished.
-func refusal(verb string, k alarm.Key, c alarm.Clock) error {
+// it is finished: a create sets a new clock, except, within the
+// idempotency window, one identical to the create that set c (answered
+// with c: nothing would ring), which the advice must not leave out.
+func (s *Store) refusal(verb string, k alarm.Key, c alarm.Clock) error {
 	msg := fmt.Sprintf("cannot %s clock %s: it is %s", verb, k, c.Status)
 	if c.Archived {
 		msg += " and archived (moved to history)"
 	}
 	if c.Status.Finished() {
 		msg += "; a create (POST /v1/clocks) for the key sets a new clock"
+		if w := s.cfg.IdempotencyWindow; w > 0 && time.Now().Before(c.CreatedAt.Add(w)) {
+			msg += fmt.Sprintf(", but until %s (clock.idempotency_window) one identical to the create that set this clock "+
+				"is taken for its retry and answered with this clock: change its ring time or payload to set it again now",
+				c.CreatedAt.Add(w).UTC().Format("2006-01-02T15:04:05.000Z"))
+		}
 	}
 	return &alarm.ConflictError{Clock: c, Message: msg}
 }
@@ -405,7 +412,7 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 				if herr != nil {
 					return herr
 				}
-				c, refused = h, refusal(verb, k, h)
+				c, refused = h, s.refusal(verb, k, h)
 				return errUnchanged
 			}
 			changed, err := update(tx, token)
@@ -417,7 +424,7 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 				return archived(err)
 			}
 			if !changed {
-				refused = refusal(verb, k, c)
+				refused = s.refusal(verb, k, c)
 				return errUnchanged
 			}
 			return nil

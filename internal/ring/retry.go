@@ -8,7 +8,8 @@ import (
 )
 
 // Retry is the policy for failed attempts: capped exponential backoff with
-// jitter, expiry at latest_ring_at, death after max_attempts.
+// jitter (the last try at latest_ring_at), expiry past latest_ring_at,
+// death after max_attempts.
 type Retry struct {
 	Min, Max time.Duration
 	// Rand returns a number in [0, 1); nil means math/rand/v2.
@@ -32,8 +33,14 @@ func (r Retry) Outcome(c alarm.Clock, now time.Time, err error) alarm.Outcome {
 	}
 	next := now.Add(r.Backoff(attempt)).Truncate(time.Millisecond)
 	if by := c.RingBy(); !by.IsZero() && next.After(by) {
-		o.Status = alarm.StatusExpired
-		return o
+		// the last try is at latest_ring_at (or the occurrence's deadline):
+		// a clock expires once that has passed, not while it may still
+		// ring (a queue bound meanwhile gets it)
+		if !now.Before(by) {
+			o.Status = alarm.StatusExpired
+			return o
+		}
+		next = by.Truncate(time.Millisecond)
 	}
 	o.Status = alarm.StatusPending
 	o.NextTryAt = next

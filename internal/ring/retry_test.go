@@ -96,7 +96,8 @@ func TestOutcome(t *testing.T) {
 		{"max_attempts 1: dead at once", 0, 1, 0, alarm.StatusDead, 0},
 		{"beyond max_attempts (lowered by a reschedule): dead", 5, 2, 0, alarm.StatusDead, 0},
 		{"next try before latest_ring_at retries", 0, 0, time.Second, alarm.StatusPending, 750 * time.Millisecond},
-		{"next try after latest_ring_at: expired", 0, 0, 500 * time.Millisecond, alarm.StatusExpired, 0},
+		{"next try after latest_ring_at: the last try at it", 0, 0, 500 * time.Millisecond, alarm.StatusPending, 500 * time.Millisecond},
+		{"latest_ring_at passed a moment ago: expired", 0, 0, -time.Millisecond, alarm.StatusExpired, 0},
 		{"latest_ring_at already passed: expired", 0, 0, -time.Second, alarm.StatusExpired, 0},
 		{"dead wins over expired", 1, 2, -time.Second, alarm.StatusDead, 0},
 	}
