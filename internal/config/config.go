@@ -528,6 +528,11 @@ func (c Config) Validate() error {
 	}
 	if c.Clock.MaxPayloadBytes < 1 || c.Clock.MaxPayloadBytes > 16<<20-1 {
 		bad("clock.max_payload_bytes", "must be between 1 and 16 MiB, got %d", c.Clock.MaxPayloadBytes)
+	} else if c.HTTP.MaxBodyBytes >= 1024 && c.HTTP.MaxBodyBytes < c.Clock.MaxPayloadBytes+1024 {
+		// a create carries its payload in a JSON body: a payload the
+		// limit allows must fit in a body, with the other fields
+		bad("http.max_body_bytes", "must be at least clock.max_payload_bytes (%d) + 1024 for a create of the largest payload to fit, got %d",
+			c.Clock.MaxPayloadBytes, c.HTTP.MaxBodyBytes)
 	}
 	if c.Clock.Shards < 1 || c.Clock.Shards > 4096 {
 		bad("clock.shards", "must be between 1 and 4096, got %d", c.Clock.Shards)

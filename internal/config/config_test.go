@@ -473,3 +473,18 @@ func TestAMQPURLList(t *testing.T) {
 		t.Errorf("error %q shows the password", err)
 	}
 }
+
+// A payload limit a body cannot carry is refused at start, naming the key
+// (a payload between the two answered a body-too-large 413, not the
+// payload limit the operator set).
+func TestPayloadLimitMustFitTheBodyLimit(t *testing.T) {
+	env := map[string]string{"CLOCKD_MAX_PAYLOAD_BYTES": "12000000"}
+	_, err := config.Load("", func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), "http.max_body_bytes") || !strings.Contains(err.Error(), "clock.max_payload_bytes") {
+		t.Fatalf("clock.max_payload_bytes 12000000 with http.max_body_bytes 8 MiB: %v, want an error naming both", err)
+	}
+	env["CLOCKD_HTTP_MAX_BODY_BYTES"] = "12001024"
+	if _, err := config.Load("", func(k string) string { return env[k] }); err != nil {
+		t.Errorf("a body limit that fits the payload: %v", err)
+	}
+}
