@@ -105,7 +105,11 @@ type Options struct {
 	Queue Queue
 	// Bind declares the exchange, the queue and its binding on every
 	// connect (Declare). Leave it false when an operator ran clockctl bind
-	// and the application's broker user may only consume.
+	// and the application's broker user may not declare them. Run itself
+	// always declares the delay and dead queues (<queue>.retry,
+	// <queue>.dead) and publishes to them: the user needs configure on the
+	// two, write on amq.default and read on the delay queue (README,
+	// "RabbitMQ users"), more than consume only.
 	Bind bool
 	// Prefetch is how many unacknowledged rings the broker sends ahead.
 	// Default 64.

@@ -1,7 +1,12 @@
 // Command setandconsume sets a clock that rings in two seconds and waits
 // for its ring: the whole round trip of clockd in one program.
 //
-//	go run ./examples/setandconsume -app order
+//	go run ./examples/setandconsume -app demo
+//
+// Give it an application of its own (the default, demo): it consumes the
+// application's queue and acknowledges every ring there, its own and any
+// other, so run against an application in use it would take that
+// application's rings from it.
 //
 // It reads CLOCKD_ADDR (default http://127.0.0.1:8080), CLOCKD_TOKEN,
 // CLOCKD_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/, or several
@@ -24,7 +29,7 @@ import (
 )
 
 func main() {
-	app := flag.String("app", "order", "the application")
+	app := flag.String("app", "demo", "an application of its own: every ring in its queue is taken")
 	in := flag.Duration("in", 2*time.Second, "ring after this long")
 	timeout := flag.Duration("timeout", time.Minute, "give up when no ring came within this")
 	flag.Parse()

@@ -104,10 +104,14 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) (session, bool
 	if err != nil || ck.Value == "" {
 		return s, false
 	}
-	if err := c.checkAdmin(r.Context(), ck.Value); err != nil {
+	token, err := base64.RawURLEncoding.DecodeString(ck.Value)
+	if err != nil {
 		return s, false
 	}
-	s.token = ck.Value
+	if err := c.checkAdmin(r.Context(), string(token)); err != nil {
+		return s, false
+	}
+	s.token = string(token)
 	return s, true
 }
 
@@ -161,7 +165,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, http.StatusUnauthorized, "login", v)
 		return
 	}
-	http.SetCookie(w, cookie(r, sessionCookie, token, 0))
+	// encoded: a cookie value keeps only some characters (net/http drops
+	// the others, such as ; " \ and non-ASCII, silently), and the
+	// bootstrap admin token (CLOCKD_ADMIN_TOKEN) may have any
+	http.SetCookie(w, cookie(r, sessionCookie, base64.RawURLEncoding.EncodeToString([]byte(token)), 0))
 	c.log.Info("console login", "remote", r.RemoteAddr)
 	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
 }
