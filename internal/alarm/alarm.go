@@ -234,6 +234,10 @@ type Store interface {
 	// input in order.
 	Create(ctx context.Context, clocks []NewClock, now time.Time) []CreateResult
 	Get(ctx context.Context, k Key) (Clock, error)
+	// InClock returns the clocks in the live table of those of the business
+	// ids of app that have one there, in no order: one read for many keys
+	// (finished ones included; history is not read).
+	InClock(ctx context.Context, app string, businessIDs []string) ([]Clock, error)
 	// Cancel moves a pending clock to cancelled.
 	Cancel(ctx context.Context, k Key, now time.Time) (Clock, error)
 	// Reschedule changes a pending clock: apply turns the current clock into

@@ -92,6 +92,26 @@ func (s *Service) Get(ctx context.Context, k Key) (Clock, error) {
 	return s.store.Get(ctx, k)
 }
 
+// InClock reads, in one go, the clocks of app's business ids that are in
+// the live table (see Store.InClock); ids that are not valid are left out.
+func (s *Service) InClock(ctx context.Context, app string, businessIDs []string) ([]Clock, error) {
+	if CheckApplication(app) != nil {
+		return nil, nil
+	}
+	ids := make([]string, 0, len(businessIDs))
+	for _, id := range businessIDs {
+		if CheckKey(Key{Application: app, BusinessID: id}) == nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.store.InClock(ctx, app, ids)
+}
+
 // Cancel cancels a pending clock.
 func (s *Service) Cancel(ctx context.Context, k Key) (Clock, error) {
 	if err := CheckKey(k); err != nil {

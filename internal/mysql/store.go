@@ -294,6 +294,30 @@ func (s *Store) getRow(ctx context.Context, q sqlx.QueryerContext, k alarm.Key, 
 	return r, nil
 }
 
+// InClock reads the clocks of app's business ids that are in clock, by
+// the (application, business_id) key, up to 1,000 ids a statement.
+func (s *Store) InClock(ctx context.Context, app string, businessIDs []string) ([]alarm.Clock, error) {
+	var out []alarm.Clock
+	for rest := businessIDs; len(rest) > 0; {
+		n := min(len(rest), 1000)
+		args := make([]any, 0, n+1)
+		args = append(args, app)
+		for _, id := range rest[:n] {
+			args = append(args, id)
+		}
+		var rows []row
+		if err := sqlx.SelectContext(ctx, s.db, &rows, "SELECT "+clockCols+" FROM clock WHERE application = ? AND business_id IN ("+
+			placeholders(n)+")", args...); err != nil {
+			return nil, fmt.Errorf("get %d clocks of %s: %w", n, app, mapErr(err))
+		}
+		for _, r := range rows {
+			out = append(out, r.clock())
+		}
+		rest = rest[n:]
+	}
+	return out, nil
+}
+
 func (s *Store) get(ctx context.Context, q sqlx.QueryerContext, k alarm.Key, lock bool) (alarm.Clock, error) {
 	r, err := s.getRow(ctx, q, k, lock)
 	if err != nil {
