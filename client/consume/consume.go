@@ -265,7 +265,8 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 	if err := ch.Qos(c.o.Prefetch, 0, false); err != nil {
 		return false, fmt.Errorf("qos: %w", err)
 	}
-	msgs, err := ch.Consume(c.q.Name, "", false, false, false, false, nil)
+	tag := "clockd-consume-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	msgs, err := ch.Consume(c.q.Name, tag, false, false, false, false, nil)
 	if err != nil {
 		return false, fmt.Errorf("consume queue %q: %w", c.q.Name, err)
 	}
@@ -277,6 +278,9 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 		worker = func() {
 			defer wg.Done()
 			for d := range msgs {
+				if ctx.Err() != nil {
+					continue // stopping: left unacknowledged, the broker gives it to the next consumer
+				}
 				c.handle(ctx, h, d, &publisher{ch: pub, returns: returns, mu: &pubMu})
 			}
 		}
@@ -293,6 +297,17 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 	select {
 	case <-ctx.Done():
 		err = ctx.Err()
+		// Stop the deliveries, then let the handlers under way settle
+		// their rings (up to stopWait): a ring handled and then not
+		// acknowledged because the connection went first would come back
+		// to the next consumer, handled twice.
+		_ = ch.Cancel(tag, false)
+		t := time.NewTimer(stopWait)
+		select {
+		case <-workersDone:
+		case <-t.C:
+		}
+		t.Stop()
 	case e := <-closed:
 		err = closeReason("connection", e)
 	case e := <-pubClosed:
@@ -306,6 +321,10 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 	wg.Wait()
 	return true, err
 }
+
+// stopWait bounds how long Run, when its ctx ends, waits for the handlers
+// under way to acknowledge their rings before it closes the connection.
+const stopWait = 5 * time.Second
 
 func closeReason(what string, e *amqp.Error) error {
 	if e == nil {

@@ -505,3 +505,56 @@ func TestNewHidesPasswords(t *testing.T) {
 		t.Fatalf("New: %v; want an error without the password", err)
 	}
 }
+
+// Run whose ctx ends while handlers are under way lets them finish and
+// acknowledge their rings before it closes the connection: a ring handled
+// and then not acknowledged would come back to the next consumer and be
+// handled twice (seen as "ack failed; the ring comes back" when a program
+// stopped after its n-th ring). The rings not begun are left to the next
+// consumer.
+func TestStopLetsHandlersUnderWayAcknowledge(t *testing.T) {
+	t.Parallel()
+	url, q := sharedQueue(t)
+	if _, err := consume.Bind(context.Background(), url, q); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		publish(t, url, q, strconv.Itoa(i+1), "b-"+strconv.Itoa(i+1), nil)
+	}
+	c, err := consume.New(consume.Options{URL: url, Queue: q, Workers: 4, Prefetch: 4, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	release := make(chan struct{})
+	var started, handled atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, func(context.Context, consume.Ring) error {
+			if started.Add(1) == 4 {
+				cancel() // the program's last ring: stop
+				close(release)
+			}
+			<-release // the others are still being handled when it stops
+			time.Sleep(50 * time.Millisecond)
+			handled.Add(1)
+			return nil
+		})
+	}()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := handled.Load(); n != 4 {
+		t.Fatalf("%d rings handled, want 4", n)
+	}
+	// every ring handled was acknowledged: none comes back
+	again := newReceived()
+	c2, err := consume.New(consume.Options{URL: url, Queue: q, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c2, func(ctx context.Context, r consume.Ring) error { again.add(r); return nil })
+	if again.waitDistinct(1, 2*time.Second) {
+		t.Errorf("a ring handled before the stop came back: %d", again.total())
+	}
+}
