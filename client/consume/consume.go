@@ -88,7 +88,9 @@ type Handler func(ctx context.Context, r Ring) error
 // Dedup remembers the message_ids that were handled, so that a ring
 // delivered twice (a repeat after a crash, a redelivery after a lost
 // connection) is handled once. Seen is asked before the handler; Done is
-// told after it returned nil. MemoryDedup is one, for a single process;
+// told after it returned nil. Within one Consumer, two deliveries of one
+// message_id are never handled at once: the second waits for the first,
+// then asks Seen. MemoryDedup is one, for a single process;
 // an application with several consumers keeps it where they all see it
 // (its database, in the same transaction as the handler's work, is best).
 type Dedup interface {
@@ -138,6 +140,43 @@ type Consumer struct {
 	urls []string
 	q    Queue
 	log  *slog.Logger
+
+	// handling holds the message ids whose ring a worker handles now (with
+	// Dedup): a duplicate delivered meanwhile (a re-ring of clockd) waits
+	// for it and asks Dedup again, rather than run the handler a second
+	// time at once, before the first has recorded it as done.
+	mu       sync.Mutex
+	handling map[string]chan struct{}
+}
+
+// begin waits until no other worker handles id and takes it; false when
+// ctx ended first. end gives it back.
+func (c *Consumer) begin(ctx context.Context, id string) bool {
+	for {
+		c.mu.Lock()
+		wait, busy := c.handling[id]
+		if !busy {
+			if c.handling == nil {
+				c.handling = map[string]chan struct{}{}
+			}
+			c.handling[id] = make(chan struct{})
+			c.mu.Unlock()
+			return true
+		}
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (c *Consumer) end(id string) {
+	c.mu.Lock()
+	close(c.handling[id])
+	delete(c.handling, id)
+	c.mu.Unlock()
 }
 
 // Header names of the consumer's own bookkeeping.
@@ -338,6 +377,10 @@ func (c *Consumer) handle(ctx context.Context, h Handler, d amqp.Delivery, pub *
 	r := c.ring(d)
 	log := c.log.With("message_id", d.MessageId, "business_id", r.BusinessID)
 	if c.o.Dedup != nil && d.MessageId != "" {
+		if !c.begin(ctx, d.MessageId) {
+			return // stopping: left unacknowledged, the broker gives it to the next consumer
+		}
+		defer c.end(d.MessageId)
 		seen, err := c.o.Dedup.Seen(ctx, d.MessageId)
 		if err != nil {
 			// Unknown: handle it (at least once) rather than drop it.

@@ -558,3 +558,37 @@ func TestStopLetsHandlersUnderWayAcknowledge(t *testing.T) {
 		t.Errorf("a ring handled before the stop came back: %d", again.total())
 	}
 }
+
+// Two deliveries of one message_id (clockd rang it again: a takeover, a
+// lost confirm) reaching two workers at once: the second waits for the
+// first and is skipped by Dedup, instead of running the handler again
+// before the first recorded it as done.
+func TestDuplicateDuringItsHandlingIsHandledOnce(t *testing.T) {
+	t.Parallel()
+	url, q := sharedQueue(t)
+	if _, err := consume.Bind(context.Background(), url, q); err != nil {
+		t.Fatal(err)
+	}
+	got := newReceived()
+	c, err := consume.New(consume.Options{URL: url, Queue: q, Workers: 4, Dedup: consume.NewMemoryDedup(10), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	run(t, c, func(ctx context.Context, r consume.Ring) error {
+		calls.Add(1)
+		time.Sleep(300 * time.Millisecond) // both deliveries arrive while it runs
+		got.add(r)
+		return nil
+	})
+	publish(t, url, q, "42", "twice", nil)
+	publish(t, url, q, "42", "twice", nil)
+	publish(t, url, q, "43", "other", nil)
+	if !got.waitDistinct(2, 30*time.Second) {
+		t.Fatal("the rings were not handled")
+	}
+	time.Sleep(time.Second)
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the handler ran %d times for two clocks, one delivered twice: want 2", n)
+	}
+}
