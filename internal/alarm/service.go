@@ -100,7 +100,7 @@ func (s *Service) InClock(ctx context.Context, app string, businessIDs []string)
 	}
 	ids := make([]string, 0, len(businessIDs))
 	for _, id := range businessIDs {
-		if CheckKey(Key{Application: app, BusinessID: id}) == nil {
+		if CheckBusinessID(id) == nil {
 			ids = append(ids, id)
 		}
 	}

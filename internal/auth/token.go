@@ -74,15 +74,12 @@ var secretLen = len(SecretPrefix) + base64.RawURLEncoding.EncodedLen(32)
 // else is refused without asking the store (a request with a made-up
 // token must not cost a query, nor fill the cache).
 func wellFormed(s string) bool {
-	if len(s) != secretLen || !strings.HasPrefix(s, SecretPrefix) {
+	rest, ok := strings.CutPrefix(s, SecretPrefix)
+	if !ok || len(s) != secretLen {
 		return false
 	}
-	for _, r := range s[len(SecretPrefix):] {
-		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
+	_, err := base64.RawURLEncoding.DecodeString(rest)
+	return err == nil
 }
 
 type cached struct {

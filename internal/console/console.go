@@ -166,14 +166,14 @@ func (c *Console) Close() { c.closeOnce.Do(func() { close(c.closing) }) }
 
 // ServeHTTP serves the pages with the headers every answer carries.
 //
-// Requests a browser makes for a page of another origin are refused: an
-// action (a POST) by cop, and the live tail, a GET that binds a queue to
-// the ring exchange, by crossOriginGET. With auth off (the default on
+// Requests a browser makes for a page of another origin are refused
+// (crossOrigin): an action (a POST), and the live tail, a GET that binds a
+// queue to the ring exchange. With auth off (the default on
 // loopback) nothing else would stop them: a page on another port of the
 // same host is the same site (SameSite cookies go with it), and there is
 // no secret in the CSRF token to keep it from computing one.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := c.cop.Check(r); err != nil || crossOriginGET(r) {
+	if c.crossOrigin(r) {
 		http.Error(w, "cross-origin request refused: the console answers its own pages only", http.StatusForbidden)
 		return
 	}
@@ -186,24 +186,17 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mux.ServeHTTP(w, r)
 }
 
-// crossOriginGET reports a live-tail request a browser sent for a page of
-// another origin (an <img> or EventSource elsewhere): Sec-Fetch-Site other
-// than same-origin or none (typed, bookmarked), or without it an Origin
-// whose host is not the Host. Other GETs only read.
-func crossOriginGET(r *http.Request) bool {
-	if r.URL.Path != Prefix+"tail/events" {
-		return false
+// crossOrigin reports a request a browser sent for a page of another
+// origin, as cop judges it (Sec-Fetch-Site, or an Origin other than the
+// Host). cop passes every GET; the live tail's is judged as a post would
+// be, since it binds a queue. Other GETs only read.
+func (c *Console) crossOrigin(r *http.Request) bool {
+	if r.URL.Path == Prefix+"tail/events" && r.Method == http.MethodGet {
+		post := *r
+		post.Method = http.MethodPost
+		r = &post
 	}
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
-	default:
-		return true
-	}
-	if o := r.Header.Get("Origin"); o != "" {
-		u, err := url.Parse(o)
-		return err != nil || u.Host != r.Host
-	}
-	return false
+	return c.cop.Check(r) != nil
 }
 
 // view is what every page template gets.

@@ -101,12 +101,17 @@ func payloadSize(in alarm.CreateInput) int {
 
 // admitOne checks one create against its application's quota.
 func (a *api) admitOne(r *http.Request, in alarm.CreateInput) error {
+	return a.admitSize(r, in.Application, payloadSize(in))
+}
+
+// admitSize asks app's quota for one create of a payload of size bytes.
+func (a *api) admitSize(r *http.Request, app string, size int) error {
 	if a.quotas == nil {
 		return nil
 	}
 	ctx, cancel := a.bounded(r)
 	defer cancel()
-	errs, err := a.quotas.Admit(ctx, in.Application, []int{payloadSize(in)})
+	errs, err := a.quotas.Admit(ctx, app, []int{size})
 	if err != nil {
 		return err
 	}
@@ -119,16 +124,7 @@ func (a *api) admitOne(r *http.Request, in alarm.CreateInput) error {
 // hold any number of live clocks by letting them die and replaying them.
 // An operator's replays in the console are not counted.
 func (a *api) admitReplay(r *http.Request, app string) error {
-	if a.quotas == nil {
-		return nil
-	}
-	ctx, cancel := a.bounded(r)
-	defer cancel()
-	errs, err := a.quotas.Admit(ctx, app, []int{0})
-	if err != nil {
-		return err
-	}
-	return errs[0]
+	return a.admitSize(r, app, 0)
 }
 
 // overQuota answers a create that its application's quota refused when
@@ -147,15 +143,13 @@ func (a *api) overQuota(r *http.Request, in alarm.CreateInput, refusal error) (r
 	if err != nil {
 		return res, false
 	}
-	return settle(in, refusal, map[string]alarm.Clock{in.BusinessID: c})
+	return settle(in, map[string]alarm.Clock{in.BusinessID: c})
 }
 
-// settle is overQuota's answer given the clocks of the refused keys that
-// are in clock (by business id).
-func settle(in alarm.CreateInput, refusal error, live map[string]alarm.Clock) (res alarm.CreateResult, settled bool) {
-	if !errors.Is(refusal, auth.ErrResourceExhausted) {
-		return res, false
-	}
+// settle is overQuota's answer given the clocks, by business id, of the
+// keys whose creates the quota refused (ErrResourceExhausted; the others
+// are not in live).
+func settle(in alarm.CreateInput, live map[string]alarm.Clock) (res alarm.CreateResult, settled bool) {
 	c, ok := live[in.BusinessID]
 	if !ok || c.Status.Finished() {
 		return res, false
@@ -239,7 +233,7 @@ func (a *api) admit(r *http.Request, ins []alarm.CreateInput, pos []int, results
 				continue
 			}
 			j := js[k]
-			if res, settled := settle(ins[j], e, live); settled {
+			if res, settled := settle(ins[j], live); settled {
 				results[pos[j]] = a.batchResult(r, res)
 			} else {
 				results[pos[j]] = a.itemError(r, e)

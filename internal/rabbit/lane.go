@@ -290,7 +290,7 @@ func (p *Publisher) publishBatch(ctx context.Context, msgs []Message, at []time.
 		return p.failAll(errs, fmt.Errorf("%w: %w: connection blocked by broker: %s", ErrUnavailable, ErrNotSent, reason))
 	}
 	if err := ctx.Err(); err != nil {
-		return p.failAll(errs, fmt.Errorf("%w (%w)", ctxError(err), ErrNotSent))
+		return p.failAll(errs, notSent(ctxError(err)))
 	}
 
 	for i := range errs {
@@ -306,13 +306,10 @@ func (p *Publisher) publishBatch(ctx context.Context, msgs []Message, at []time.
 	// The messages from stopped.at on were never written (a lane that
 	// died, the caller's deadline, a failed publish before them): the ring
 	// loop must not count them as attempts.
-	notSent := stopped.err
-	if notSent != nil && !errors.Is(notSent, ErrNotSent) {
-		notSent = fmt.Errorf("%w (%w)", notSent, ErrNotSent)
-	}
+	unsent := notSent(stopped.err)
 	l.mu.Lock()
 	for i := stopped.at; i < len(msgs); i++ {
-		errs[i] = notSent
+		errs[i] = unsent
 	}
 	b.publishing = false
 	if b.remaining == 0 {
@@ -396,6 +393,15 @@ func (l *lane) publish(ctx context.Context, b *batch, msgs []Message) stop {
 		}
 	}
 	return stop{len(msgs), nil}
+}
+
+// notSent marks err (nil stays nil) as the error of a message that never
+// left this process: the ring loop counts no attempt for it.
+func notSent(err error) error {
+	if err == nil || errors.Is(err, ErrNotSent) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, ErrNotSent)
 }
 
 // abandon gives every still pending message of b the error err.
