@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // Create sets a clock. created is true when this call made it (201) and
@@ -56,7 +57,8 @@ func (c *Client) CreateBatch(ctx context.Context, clocks []NewClock) ([]BatchRes
 		} `json:"results"`
 	}
 	const path = "/v1/clocks/batch"
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: path, body: req, retry: true}, &ans); err != nil {
+	var wait time.Duration
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: path, body: req, retry: true, retryAfter: &wait}, &ans); err != nil {
 		return nil, err
 	}
 	if len(ans.Results) != len(clocks) {
@@ -71,6 +73,9 @@ func (c *Client) CreateBatch(ctx context.Context, clocks []NewClock) ([]BatchRes
 			e := &Error{Status: r.Status, Method: http.MethodPost, Path: path + " [" + strconv.Itoa(i) + "]"}
 			if r.Error != nil {
 				e.Code, e.Message = r.Error.Code, r.Error.Message
+			}
+			if r.Status == http.StatusTooManyRequests {
+				e.RetryAfter = wait
 			}
 			out[i] = BatchResult{Err: e}
 		}

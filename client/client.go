@@ -166,6 +166,10 @@ type call struct {
 	query  url.Values
 	body   any
 	retry  bool
+
+	// retryAfter, when set, receives a 2xx answer's Retry-After (a batch
+	// whose items were refused over quota)
+	retryAfter *time.Duration
 }
 
 // do sends a call, repeating it when it may be, decodes a 2xx answer into
@@ -291,16 +295,21 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 		}
 		return resp.StatusCode, nil, 0, &netError{fmt.Errorf("%s %s: read answer: %w", cl.method, target, err)}
 	}
+	var wait time.Duration
+	if s := resp.Header.Get("Retry-After"); s != "" {
+		if secs, err := strconv.Atoi(s); err == nil && secs >= 0 {
+			wait = time.Duration(secs) * time.Second
+		}
+	}
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		if cl.retryAfter != nil {
+			*cl.retryAfter = wait
+		}
 		return resp.StatusCode, data, 0, nil
 	}
 	e := decodeError(resp.StatusCode, data)
 	e.Method, e.Path = cl.method, cl.path
-	if s := resp.Header.Get("Retry-After"); s != "" {
-		if secs, err := strconv.Atoi(s); err == nil && secs >= 0 {
-			e.RetryAfter = time.Duration(secs) * time.Second
-		}
-	}
+	e.RetryAfter = wait
 	return resp.StatusCode, nil, e.RetryAfter, e
 }
 

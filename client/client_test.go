@@ -533,6 +533,16 @@ func TestClientAuthQuotaTLS(t *testing.T) {
 	if !errors.As(err, &ae) || ae.RetryAfter <= 0 {
 		t.Errorf("over quota without Retry-After: %#v", ae)
 	}
+	// The same in a batch: the item refused over the quota says when to
+	// send it again.
+	res, err := app.CreateBatch(ctx, []client.NewClock{{Application: "order", BusinessID: "a-3", Payload: "{}", Delay: time.Hour}})
+	if err != nil || len(res) != 1 {
+		t.Fatalf("CreateBatch over the quota: %v %v", res, err)
+	}
+	wantErr(t, "batch item over the quota", res[0].Err, client.ErrOverQuota)
+	if !errors.As(res[0].Err, &ae) || ae.RetryAfter <= 0 {
+		t.Errorf("batch item over quota without Retry-After: %#v", res[0].Err)
+	}
 
 	if raw, err := ad.Cluster(ctx); err != nil || !strings.Contains(string(raw), "instances") {
 		t.Errorf("Cluster: %s %v", raw, err)

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 
 	"github.com/clockd/clockd/internal/auth"
 )
@@ -143,7 +142,7 @@ func (a *api) listTokens(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) revokeToken(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	id, err := parseDecimal(r.PathValue("id"))
 	if err != nil || id <= 0 {
 		a.fail(w, r, badField("id", "%q is not a token id", r.PathValue("id")))
 		return

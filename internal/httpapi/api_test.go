@@ -668,11 +668,15 @@ func TestList(t *testing.T) {
 		{"?limit=-1", "limit"},
 		{"?limit=1001", "limit"},
 		{"?limit=1.5", "limit"},
+		{"?limit=+5", "limit"},
+		{"?limit=99999999999999999999", "limit"},
 		{"?status=done", "status"},
 		{"?status=PENDING", "status"},
 		{"?after=x", "after"},
 		{"?after=0", "after"},
 		{"?after=-5", "after"},
+		{"?after=+5", "after"},
+		{"?after=%205", "after"},
 		{"?application=bad%20app", "application"},
 		{"?colour=red", "colour"},
 	} {
@@ -737,8 +741,12 @@ func readAll(t *testing.T, resp *http.Response) string {
 func TestReadyzUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(validateOpenAPI(t, httpapi.New(httpapi.Options{Ready: []httpapi.Check{
-		{Name: "mysql", Check: func(context.Context) error { return nil }},
-		{Name: "rabbitmq", Check: func(context.Context) error { return errors.New("dial tcp: connection refused") }},
+		// MySQL's own words for a refused account name the account and the
+		// host it came from; /readyz answers without a token
+		{Name: "mysql", Check: func(context.Context) error {
+			return errors.New("Error 1045 (28000): Access denied for user 'clockd_svc'@'10.20.30.40' (using password: YES)")
+		}},
+		{Name: "rabbitmq", Check: func(context.Context) error { return errors.New("dial tcp 10.1.2.3:5672: connection refused") }},
 	}})))
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL + "/readyz")
@@ -748,8 +756,13 @@ func TestReadyzUnavailable(t *testing.T) {
 	defer resp.Body.Close()
 	text := readAll(t, resp)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(text, "connection refused") ||
-		!strings.Contains(text, "rabbitmq") {
+		!strings.Contains(text, "rabbitmq") || !strings.Contains(text, "Access denied") {
 		t.Errorf("/readyz: %d %s", resp.StatusCode, text)
+	}
+	for _, secret := range []string{"clockd_svc", "10.20.30.40", "10.1.2.3", "5672"} {
+		if strings.Contains(text, secret) {
+			t.Errorf("/readyz reveals %q: %s", secret, text)
+		}
 	}
 	resp2, err := srv.Client().Get(srv.URL + "/healthz")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -280,5 +281,15 @@ func TestAuthNoExistenceLeak(t *testing.T) {
 	}
 	if a := e.call(bootstrapAdmin, "DELETE", "/v1/tokens/999999", nil); a.code != 404 {
 		t.Errorf("revoke unknown token: %d %s", a.code, a.body)
+	}
+	// A token id is decimal digits: "+7" or " 7" does not name token 7,
+	// and the token stays valid.
+	for _, id := range []string{"+" + strconv.FormatInt(own.ID, 10), "%20" + strconv.FormatInt(own.ID, 10), "0x1", "-1"} {
+		if a := e.call(bootstrapAdmin, "DELETE", "/v1/tokens/"+id, nil); a.code != 400 {
+			t.Errorf("revoke %s: %d %s, want 400", id, a.code, a.body)
+		}
+	}
+	if a := e.call(own.Secret, "GET", "/v1/clocks?application=order", nil); a.code != 200 {
+		t.Errorf("token revoked by a malformed id: %d %s", a.code, a.body)
 	}
 }

@@ -352,6 +352,21 @@ func jsonKind(raw json.RawMessage) string {
 	return "number"
 }
 
+// parseDecimal reads a whole number written in a URL (a path segment or a
+// query parameter) as decimal digits only: strconv.ParseInt alone also
+// takes a sign, so "+7" would name token 7.
+func parseDecimal(s string) (int64, error) {
+	if s == "" {
+		return 0, strconv.ErrSyntax
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, strconv.ErrSyntax
+		}
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
 func badField(field, format string, args ...any) error {
 	return &alarm.FieldError{Field: field, Message: fmt.Sprintf(format, args...), Kind: alarm.ErrInvalid}
 }

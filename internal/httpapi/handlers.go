@@ -73,7 +73,15 @@ func (a *api) itemError(r *http.Request, err error) BatchResult {
 	}
 	code, d := publicDetail(r, err)
 	a.logFailure(r, code, err)
-	return BatchResult{Status: code, Error: &d}
+	res := BatchResult{Status: code, Error: &d}
+	if code == http.StatusTooManyRequests {
+		res.retryAfter = time.Second
+		var qe *auth.QuotaError
+		if errors.As(err, &qe) {
+			res.retryAfter = qe.RetryAfter
+		}
+	}
+	return res
 }
 
 func requestIDOf(r *http.Request) string {
@@ -212,6 +220,19 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 		for j, res := range a.svc.Create(r.Context(), ins) {
 			results[pos[j]] = a.batchResult(r, res)
 		}
+	}
+	// items refused over quota: the answer says when to send them again,
+	// as a single create's 429 does
+	var wait time.Duration
+	refused := false
+	for _, res := range results {
+		if res.Status == http.StatusTooManyRequests {
+			refused = true
+			wait = max(wait, res.retryAfter)
+		}
+	}
+	if refused {
+		w.Header().Set("Retry-After", retryAfter(wait))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"results": results})
 }
@@ -356,9 +377,16 @@ func (a *api) clusterView(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-// addrRE matches the host:port of an address in an error message.
-var addrRE = regexp.MustCompile(`(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}\b`)
+// addrRE matches the host:port of an address in an error message, and
+// userRE MySQL's account in one ("Access denied for user 'clockd'@'10.0.0.5'").
+var (
+	addrRE = regexp.MustCompile(`(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}\b`)
+	userRE = regexp.MustCompile(`'[^']*'@'[^']*'`)
+)
 
-// hideAddrs keeps a readiness reason ("dial tcp: connection refused") but
-// not the internal addresses in it.
-func hideAddrs(s string) string { return addrRE.ReplaceAllString(s, "<address>") }
+// hideAddrs keeps a readiness reason ("dial tcp: connection refused",
+// "Access denied") but not the internal addresses or accounts in it:
+// /readyz answers without a token.
+func hideAddrs(s string) string {
+	return addrRE.ReplaceAllString(userRE.ReplaceAllString(s, "<account>"), "<address>")
+}

@@ -93,6 +93,10 @@ type BatchResult struct {
 	Status int          `json:"status"`
 	Clock  *Clock       `json:"clock,omitempty"`
 	Error  *ErrorDetail `json:"error,omitempty"`
+
+	// retryAfter is how long a 429 item should wait: the batch answer's
+	// Retry-After is the longest of its items'.
+	retryAfter time.Duration
 }
 
 // ClusterView is the JSON of GET /v1/cluster: who holds which shard, until

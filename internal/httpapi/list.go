@@ -80,15 +80,15 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	}
 	q := alarm.ListQuery{Application: qs["application"], Status: alarm.Status(qs["status"]), Limit: DefaultListLimit}
 	if s := qs["limit"]; s != "" {
-		n, err := strconv.Atoi(s)
+		n, err := parseDecimal(s)
 		if err != nil {
-			a.fail(w, r, badField("limit", "%q is not a whole number", s))
+			a.fail(w, r, badField("limit", "%q is not a positive whole number", s))
 			return
 		}
-		q.Limit = n
+		q.Limit = int(min(n, 1<<31)) // the range check below names the bounds
 	}
 	if s := qs["after"]; s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
+		n, err := parseDecimal(s)
 		if err != nil || n <= 0 {
 			a.fail(w, r, badField("after", "%q is not a cursor from a previous page", s))
 			return

@@ -69,6 +69,10 @@ func TestBatchOverQuotaReadsTheRefusedKeysOnce(t *testing.T) {
 			t.Fatalf("item %d over the rate: %d, want 429", i+1, r.Status)
 		}
 	}
+	// as a single create's 429 does, the answer says when to try again
+	if ra := a.header.Get("Retry-After"); ra != "1" {
+		t.Errorf("batch with items over the rate: Retry-After %q, want \"1\"", ra)
+	}
 	if g, m := cs.gets.Load(), cs.inClock.Load(); g != 0 || m != 1 {
 		t.Errorf("the refusals read %d clocks one by one and made %d reads of many; want 0 and 1", g, m)
 	}
