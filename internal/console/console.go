@@ -191,7 +191,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Host). cop passes every GET; the live tail's is judged as a post would
 // be, since it binds a queue. Other GETs only read.
 func (c *Console) crossOrigin(r *http.Request) bool {
-	if r.URL.Path == Prefix+"tail/events" && r.Method == http.MethodGet {
+	if r.URL.Path == Prefix+"tail/events" { // HEAD too: the mux routes it to the GET handler
 		post := *r
 		post.Method = http.MethodPost
 		r = &post
@@ -223,13 +223,17 @@ type pageFunc func(r *http.Request, v *view) (string, error)
 func (c *Console) page(fn pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sess, ok := c.session(w, r)
-		if !ok {
+		sess, err := c.session(w, r)
+		if errors.Is(err, errNoSession) {
 			http.Redirect(w, r, Prefix+"login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
 		v := &view{CSRF: sess.csrf(), AuthOn: c.o.Auth != nil, Instance: c.o.InstanceID, Now: c.o.Now().UTC(),
 			Message: sess.message(r), Prefix: Prefix}
+		if err != nil {
+			c.sessionUnchecked(w, r, v, err)
+			return
+		}
 		name, err := fn(r, v)
 		if err != nil {
 			c.fail(w, r, v, err)
@@ -248,8 +252,13 @@ func (c *Console) page(fn pageFunc) http.HandlerFunc {
 // event stream): only the session check.
 func (c *Console) guard(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := c.session(w, r); !ok {
+		switch _, err := c.session(w, r); {
+		case errors.Is(err, errNoSession):
 			http.Error(w, "log in first", http.StatusUnauthorized)
+			return
+		case err != nil:
+			c.log.Warn("console: the session's token could not be checked", "path", r.URL.Path, "err", err)
+			http.Error(w, "the session could not be checked: clockd's database is not answering; try again shortly", http.StatusServiceUnavailable)
 			return
 		}
 		h(w, r)
@@ -264,11 +273,15 @@ type actionFunc func(w http.ResponseWriter, r *http.Request) (next, msg string, 
 func (c *Console) action(fn actionFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-		sess, ok := c.session(w, r)
+		sess, err := c.session(w, r)
 		v := &view{AuthOn: c.o.Auth != nil, Instance: c.o.InstanceID, Now: c.o.Now().UTC(), Prefix: Prefix}
-		if !ok {
+		if errors.Is(err, errNoSession) {
 			v.Title = "Not logged in"
 			c.failStatus(w, v, http.StatusUnauthorized, "Log in with an admin token first.")
+			return
+		}
+		if err != nil {
+			c.sessionUnchecked(w, r, v, err)
 			return
 		}
 		v.CSRF = sess.csrf()
@@ -326,6 +339,16 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, v *view, err erro
 		v.Title = http.StatusText(code)
 	}
 	c.failStatus(w, v, code, err.Error())
+}
+
+// sessionUnchecked answers a request whose session's token could not be
+// checked: the token store (MySQL) did not answer. The operator stays
+// logged in; nothing was done.
+func (c *Console) sessionUnchecked(w http.ResponseWriter, r *http.Request, v *view, err error) {
+	c.log.Warn("console: the session's token could not be checked", "path", r.URL.Path, "err", err)
+	v.Title = "Unavailable"
+	c.failStatus(w, v, http.StatusServiceUnavailable,
+		"Your session could not be checked: clockd's database is not answering. Nothing was done; try again shortly.")
 }
 
 func (c *Console) failStatus(w http.ResponseWriter, v *view, code int, msg string) {

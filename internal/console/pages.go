@@ -7,11 +7,13 @@ import (
 	"html/template"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/schedule"
 )
 
 // Bounds of what one page reads, so that a page stays quick whatever the
@@ -207,6 +209,7 @@ type clockData struct {
 	Pending  bool
 	Failed   bool // expired or dead: can be replayed
 	Lateness string
+	Schedule string // a recurring clock's schedule, in words
 }
 
 func (c *Console) clock(r *http.Request, v *view) (string, error) {
@@ -222,8 +225,13 @@ func (c *Console) clock(r *http.Request, v *view) (string, error) {
 	d := clockData{Clock: cl, URL: clockURL(k.Application, k.BusinessID),
 		Pending: cl.Status == alarm.StatusPending && !cl.Archived,
 		Failed:  (cl.Status == alarm.StatusExpired || cl.Status == alarm.StatusDead) && !cl.Archived}
-	if !cl.RungAt.IsZero() {
+	// a recurring clock's ring_at is its next occurrence, rung_at its last
+	// one's: their difference is no lateness
+	if !cl.RungAt.IsZero() && cl.Schedule == nil {
 		d.Lateness = cl.RungAt.Sub(cl.RingAt).String()
+	}
+	if sp := cl.Schedule; sp != nil {
+		d.Schedule = scheduleText(*sp)
 	}
 	v.Data = d
 	return "clock", nil
@@ -466,4 +474,30 @@ func (c *Console) tail(r *http.Request, v *view) (string, error) {
 	d.Apps = apps
 	v.Data = d
 	return "tail", nil
+}
+
+// scheduleText says a recurring clock's schedule in a line.
+func scheduleText(sp schedule.Spec) string {
+	var b strings.Builder
+	if sp.Cron != "" {
+		b.WriteString("cron " + sp.Cron)
+		if sp.TimeZone != "" {
+			b.WriteString(" (" + sp.TimeZone + ")")
+		}
+	} else {
+		b.WriteString("every " + sp.Every.String())
+	}
+	if !sp.End.IsZero() {
+		b.WriteString(", until " + sp.End.UTC().Format(time.RFC3339))
+	}
+	if sp.MaxOccurrences > 0 {
+		b.WriteString(", at most " + strconv.Itoa(sp.MaxOccurrences) + " occurrences")
+	}
+	if sp.Misfire != "" {
+		b.WriteString(", misfire " + string(sp.Misfire))
+	}
+	if sp.OccurrenceDeadline > 0 {
+		b.WriteString(", occurrence deadline " + sp.OccurrenceDeadline.String())
+	}
+	return b.String()
 }

@@ -7,9 +7,12 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
 )
 
 // Sessions. With auth mode tokens an operator logs in with a token of the
@@ -93,26 +96,61 @@ func nonce(w http.ResponseWriter, r *http.Request) string {
 	return v
 }
 
+// errNoSession: the request has no session cookie, or one that does not
+// hold a valid token of the admin kind.
+var errNoSession = errors.New("not logged in")
+
 // session returns the request's session: always one with auth off; with
-// auth on, only for a cookie holding a valid token of the admin kind.
-func (c *Console) session(w http.ResponseWriter, r *http.Request) (session, bool) {
+// auth on, only for a cookie holding a valid token of the admin kind. The
+// error is errNoSession, or one wrapping alarm.ErrUnavailable when the
+// token could not be checked (MySQL does not answer): that is no reason to
+// send an operator back to the login page.
+func (c *Console) session(w http.ResponseWriter, r *http.Request) (session, error) {
 	s := session{nonce: nonce(w, r)}
 	if c.o.Auth == nil {
-		return s, true
+		return s, nil
 	}
+	token, ok := sessionToken(r)
+	if !ok {
+		return s, errNoSession
+	}
+	if err := c.checkSession(r.Context(), token); err != nil {
+		return s, err
+	}
+	s.token = token
+	return s, nil
+}
+
+// sessionToken is the token the request's session cookie holds.
+func sessionToken(r *http.Request) (string, bool) {
 	ck, err := r.Cookie(sessionCookie)
 	if err != nil || ck.Value == "" {
-		return s, false
+		return "", false
 	}
 	token, err := base64.RawURLEncoding.DecodeString(ck.Value)
 	if err != nil {
-		return s, false
+		return "", false
 	}
-	if err := c.checkAdmin(r.Context(), string(token)); err != nil {
-		return s, false
+	return string(token), true
+}
+
+// checkSession is checkAdmin with every refusal errNoSession, and a token
+// store that did not answer alarm.ErrUnavailable.
+func (c *Console) checkSession(ctx context.Context, token string) error {
+	err := c.checkAdmin(ctx, token)
+	switch {
+	case err == nil:
+		return nil
+	case unavailable(err):
+		return err
 	}
-	s.token = string(token)
-	return s, true
+	return errNoSession
+}
+
+// unavailable reports an error of a token check that says nothing of the
+// token: the store did not answer.
+func unavailable(err error) bool {
+	return errors.Is(err, alarm.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (c *Console) checkAdmin(ctx context.Context, token string) error {
@@ -159,7 +197,14 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
-	if err := c.checkAdmin(r.Context(), token); err != nil || token == "" {
+	err := c.checkAdmin(r.Context(), token)
+	if token != "" && err != nil && unavailable(err) {
+		c.log.Warn("console login: the token could not be checked", "remote", r.RemoteAddr, "err", err)
+		v.Error = "The token could not be checked: clockd's database is not answering. Try again shortly."
+		c.render(w, http.StatusServiceUnavailable, "login", v)
+		return
+	}
+	if err != nil || token == "" {
 		c.log.Info("console login refused", "remote", r.RemoteAddr)
 		v.Error = "That is not a valid token of the admin kind."
 		c.render(w, http.StatusUnauthorized, "login", v)

@@ -45,6 +45,13 @@ type Ring struct {
 // PayloadShown is how much of a payload a tail shows.
 const PayloadShown = 512
 
+// tailWriteTimeout bounds each write of a tail's stream, and tailKeepAlive
+// is how often an idle stream is written to (and its session checked).
+var (
+	tailWriteTimeout = 10 * time.Second
+	tailKeepAlive    = 15 * time.Second
+)
+
 // WatchConfig says what to tail.
 type WatchConfig struct {
 	// URL: one AMQP URL, or several separated by commas (tried in turn).
@@ -184,7 +191,12 @@ func ringOf(d amqp.Delivery, received time.Time) Ring {
 	}
 	body := d.Body
 	if len(body) > PayloadShown {
-		body = body[:PayloadShown]
+		// cut where a character starts, not in the middle of one
+		cut := PayloadShown
+		for cut > PayloadShown-utf8.UTFMax && !utf8.RuneStart(body[cut]) {
+			cut--
+		}
+		body = body[:cut]
 	}
 	if utf8.Valid(body) {
 		r.Payload = string(body)
@@ -202,6 +214,12 @@ func hdr(h amqp.Table, k string) string {
 // tailEvents streams the rings of ?app= as server-sent events: an event
 // "ready" once the queue is bound, then one "ring" event per ring.
 func (c *Console) tailEvents(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		// the mux hands HEAD to GET handlers; a tail nobody reads is no tail
+		w.Header().Set("Allow", http.MethodGet)
+		http.Error(w, "the live tail is a GET", http.StatusMethodNotAllowed)
+		return
+	}
 	app := r.URL.Query().Get("app")
 	if err := alarm.CheckApplication(app); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -209,8 +227,11 @@ func (c *Console) tailEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := http.NewResponseController(w)
 	// The server's write timeout is for answers, not for a stream that
-	// stays open as long as the page does.
-	_ = rc.SetWriteDeadline(time.Time{})
+	// stays open as long as the page does: each write gets its own
+	// deadline instead, so a client that stops reading (a frozen tab, a
+	// stalled proxy) ends its tail and its queue rather than hold them
+	// (and the server's shutdown) for as long as its connection lives.
+	_ = rc.SetWriteDeadline(time.Now().Add(tailWriteTimeout))
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -227,11 +248,14 @@ func (c *Console) tailEvents(w http.ResponseWriter, r *http.Request) {
 			func(rg Ring) { send(ctx, events, sse("ring", rg)) })
 		werr <- err
 	}()
-	keep := time.NewTicker(15 * time.Second)
+	keep := time.NewTicker(tailKeepAlive)
 	defer keep.Stop()
 	c.log.Info("console tail started", "application", app, "remote", r.RemoteAddr)
 	defer c.log.Info("console tail ended", "application", app, "remote", r.RemoteAddr)
 	write := func(s string) bool {
+		if rc.SetWriteDeadline(time.Now().Add(tailWriteTimeout)) != nil {
+			return false
+		}
 		if _, err := fmt.Fprint(w, s); err != nil {
 			return false
 		}
@@ -254,6 +278,13 @@ func (c *Console) tailEvents(w http.ResponseWriter, r *http.Request) {
 				cancel()
 			}
 		case <-keep.C:
+			// the session is checked again: a revoked token or a logout
+			// ends the open tails too, not only the next requests
+			if token, ok := sessionToken(r); c.o.Auth != nil && (!ok || errors.Is(c.checkSession(ctx, token), errNoSession)) {
+				write(sse("failed", map[string]string{"error": "the session ended: log in again"}))
+				cancel()
+				continue
+			}
 			if !write(": keep-alive\n\n") {
 				cancel()
 			}

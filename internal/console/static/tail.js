@@ -35,7 +35,7 @@
     cell(row, String(r.attempt), "num");
     cell(row, r.occurrence || r.ring_at);
     cell(row, r.lateness_ms.toFixed(1) + " ms", "num");
-    cell(row, r.payload.length < r.payload_bytes ? r.payload + "…" : r.payload, "payload");
+    cell(row, new TextEncoder().encode(r.payload).length < r.payload_bytes ? r.payload + "…" : r.payload, "payload");
     while (body.rows.length > 500) body.deleteRow(-1);
   });
   es.onerror = function () {
