@@ -19,14 +19,14 @@ import (
 
 // newConsole builds the operator console of /ui/. It asks for an admin
 // token when auth is on, and is open when it is off, as the API is.
-func newConsole(cfg config.Config, svc *alarm.Service, store *mysql.Store, shards int, authn *auth.Authenticator, reg *prometheus.Registry, log *slog.Logger) (*console.Console, error) {
+func newConsole(cfg config.Config, svc *alarm.Service, store *mysql.Store, sessions console.SessionStore, shards int, authn *auth.Authenticator, reg *prometheus.Registry, log *slog.Logger) (*console.Console, error) {
 	registerOpsMetrics(reg, shards, store.Ping)
 	var a console.Authenticator // a nil interface, not a nil pointer in one
 	if auth.Mode(cfg.AuthMode()) == auth.ModeTokens && authn != nil {
 		a = authn
 	}
 	return console.New(console.Options{
-		Service: svc, Store: store, Auth: a, Gatherer: reg,
+		Service: svc, Store: store, Auth: a, Sessions: sessions, Gatherer: reg,
 		AMQPURL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, InstanceID: cfg.Cluster.InstanceID, RetryMax: cfg.Ring.RetryMax,
 		Logger: log.With("component", "console"),
 	})

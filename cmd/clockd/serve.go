@@ -151,7 +151,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		Cluster: func(ctx context.Context) (any, error) { return clusterView(ctx, store) },
 	})
-	con, err := newConsole(cfg, svc, store, shards, authn, reg, log)
+	con, err := newConsole(cfg, svc, store, mysql.NewAuthStore(db), shards, authn, reg, log)
 	if err != nil {
 		return err
 	}

@@ -156,6 +156,24 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 	if !wellFormed(secret) {
 		return Principal{}, fmt.Errorf("%w: the token is not valid (unknown or revoked)", ErrUnauthenticated)
 	}
+	return a.byHash(ctx, hash)
+}
+
+// AuthenticateHash is Authenticate for a token known by its SHA-256 hash
+// only (a console session keeps the hash of the token it was opened with,
+// never the token): the bootstrap admin token while it is configured, or a
+// stored token, not revoked.
+func (a *Authenticator) AuthenticateHash(ctx context.Context, hash [32]byte) (Principal, error) {
+	if a.mode == ModeOff {
+		return Anyone, nil
+	}
+	if a.adminHash != nil && subtle.ConstantTimeCompare(hash[:], a.adminHash) == 1 {
+		return Principal{Admin: true}, nil
+	}
+	return a.byHash(ctx, hash)
+}
+
+func (a *Authenticator) byHash(ctx context.Context, hash [32]byte) (Principal, error) {
 	now := a.now()
 	a.mu.RLock()
 	c, hit := a.cache[hash]

@@ -48,9 +48,11 @@ type Store interface {
 	Instances(ctx context.Context) ([]alarm.Instance, []alarm.ShardLease, time.Time, error)
 }
 
-// Authenticator checks an admin token (auth.Authenticator does).
+// Authenticator checks an admin token (auth.Authenticator does): at login
+// by the token, in a session by its hash.
 type Authenticator interface {
 	Authenticate(ctx context.Context, header string) (auth.Principal, error)
+	AuthenticateHash(ctx context.Context, hash [32]byte) (auth.Principal, error)
 }
 
 // Options configure the console.
@@ -60,6 +62,9 @@ type Options struct {
 	// Auth, when set, makes the console ask for a token of the admin kind
 	// (auth mode tokens); nil: the console is open (auth mode off).
 	Auth Authenticator
+	// Sessions keeps the sessions of logged-in operators (with Auth); nil:
+	// this instance's memory (a session then works on this instance only).
+	Sessions SessionStore
 	// Gatherer is this process's metrics registry: the overview's rates
 	// and lateness come from it (this instance only).
 	Gatherer prometheus.Gatherer
@@ -83,11 +88,12 @@ type Options struct {
 
 // Console is the handler of /ui/ plus the sampler of the metrics it shows.
 type Console struct {
-	o       Options
-	log     *slog.Logger
-	tpl     map[string]*template.Template
-	mux     *http.ServeMux
-	sampler *sampler
+	o        Options
+	sessions SessionStore
+	log      *slog.Logger
+	tpl      map[string]*template.Template
+	mux      *http.ServeMux
+	sampler  *sampler
 	// closing ends the open live tails: an HTTP server's shutdown waits
 	// for its requests, and a tail's would never end by itself.
 	closing   chan struct{}
@@ -118,10 +124,14 @@ func New(o Options) (*Console, error) {
 	if o.RetryMax <= 0 {
 		o.RetryMax = 5 * time.Minute
 	}
+	var sessions SessionStore = &memSessions{}
+	if o.Sessions != nil {
+		sessions = o.Sessions
+	}
 	if o.Fresh <= 0 {
 		o.Fresh = 10 * time.Second
 	}
-	c := &Console{o: o, log: o.Logger, mux: http.NewServeMux(), sampler: newSampler(o.Gatherer), closing: make(chan struct{}),
+	c := &Console{o: o, sessions: sessions, log: o.Logger, mux: http.NewServeMux(), sampler: newSampler(o.Gatherer), closing: make(chan struct{}),
 		cop: http.NewCrossOriginProtection()}
 	c.overviewSnap = &kept[overviewStats]{fresh: o.Fresh, stale: staleLimit, load: c.readOverview, now: o.Now}
 	c.failingSnap = &kept[failing]{fresh: o.Fresh, stale: staleLimit, load: c.readFailing, now: o.Now}
@@ -345,6 +355,9 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, v *view, err erro
 // checked: the token store (MySQL) did not answer. The operator stays
 // logged in; nothing was done.
 func (c *Console) sessionUnchecked(w http.ResponseWriter, r *http.Request, v *view, err error) {
+	if !errors.Is(err, errUnchecked) {
+		err = fmt.Errorf("%w: %w", errUnchecked, err)
+	}
 	c.log.Warn("console: the session's token could not be checked", "path", r.URL.Path, "err", err)
 	v.Title = "Unavailable"
 	c.failStatus(w, v, http.StatusServiceUnavailable,

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -21,6 +22,38 @@ func (a oneAdmin) Authenticate(_ context.Context, header string) (auth.Principal
 		return auth.Principal{Admin: true}, nil
 	}
 	return auth.Principal{}, auth.ErrUnauthenticated
+}
+
+func (a oneAdmin) AuthenticateHash(_ context.Context, hash [32]byte) (auth.Principal, error) {
+	if hash == sha256.Sum256([]byte(a)) {
+		return auth.Principal{Admin: true}, nil
+	}
+	return auth.Principal{}, auth.ErrUnauthenticated
+}
+
+// login logs in to the console at base with secret and returns the
+// session cookie.
+func login(t *testing.T, base, secret string) *http.Cookie {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(base + "/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrf := formValue(t, readAll(resp), "csrf")
+	resp, err = c.PostForm(base+"/ui/login", url.Values{"csrf": {csrf}, "token": {secret}, "next": {"/ui/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "clockd_console" && ck.Value != "" {
+			return ck
+		}
+	}
+	t.Fatalf("login: %d and no session cookie", resp.StatusCode)
+	return nil
 }
 
 // CLOCKD_ADMIN_TOKEN may be any string of 16 characters or more, and the

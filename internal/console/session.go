@@ -8,19 +8,26 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
 )
 
 // Sessions. With auth mode tokens an operator logs in with a token of the
-// admin kind; the console keeps it in a cookie (HttpOnly: no script reads
-// it; SameSite=Strict: no other site's page sends it) and checks it again
-// on every request through the authenticator's cache, so a revoked token
-// stops working within auth.cache_ttl. Nothing is kept on the server:
-// every instance accepts every session.
+// admin kind. The console opens a session on the server (SessionStore:
+// clock_console_session in MySQL, so every instance accepts it) holding
+// the hash of that token, and gives the browser a cookie with the random
+// session id only (HttpOnly: no script reads it; SameSite=Strict: no other
+// site's page sends it). Every request checks the session and its token
+// again (the token through the authenticator's cache, so a revoked token
+// ends its sessions within auth.cache_ttl). A logout deletes the session:
+// a copy of the cookie is worth nothing afterwards, and never was an API
+// token.
 //
 // CSRF: every visitor also gets a random cookie; the token every form
 // carries is a hash of that cookie and the session, so a form of one
@@ -36,8 +43,73 @@ const (
 )
 
 type session struct {
-	token string // the admin token; empty with auth off
+	id    string // the session id the cookie holds; empty with auth off
 	nonce string // the visitor's random CSRF cookie
+}
+
+// SessionTTL is how long a console session lasts after its login.
+const SessionTTL = 12 * time.Hour
+
+// SessionStore keeps console sessions by the SHA-256 of their id: the hash
+// of the token each was opened with, and its end (internal/mysql
+// implements it for every instance; without one the console keeps them in
+// memory, for this instance only).
+type SessionStore interface {
+	CreateSession(ctx context.Context, id, token [32]byte, created, expires time.Time) error
+	// Session: alarm.ErrNotFound when there is none.
+	Session(ctx context.Context, id [32]byte) (token [32]byte, expires time.Time, err error)
+	DeleteSession(ctx context.Context, id [32]byte) error
+}
+
+// memSessions is the SessionStore of a console without one: this
+// instance's memory, at most maxMemSessions (past it, expired sessions go
+// first, then any).
+type memSessions struct {
+	mu sync.Mutex
+	m  map[[32]byte]memSession
+}
+
+type memSession struct {
+	token   [32]byte
+	expires time.Time
+}
+
+const maxMemSessions = 10000
+
+func (m *memSessions) CreateSession(_ context.Context, id, token [32]byte, created, expires time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[[32]byte]memSession{}
+	}
+	if len(m.m) >= maxMemSessions {
+		maps.DeleteFunc(m.m, func(_ [32]byte, s memSession) bool { return s.expires.Before(created) })
+		for k := range m.m {
+			if len(m.m) < maxMemSessions {
+				break
+			}
+			delete(m.m, k)
+		}
+	}
+	m.m[id] = memSession{token, expires}
+	return nil
+}
+
+func (m *memSessions) Session(_ context.Context, id [32]byte) ([32]byte, time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.m[id]
+	if !ok {
+		return [32]byte{}, time.Time{}, alarm.ErrNotFound
+	}
+	return s.token, s.expires, nil
+}
+
+func (m *memSessions) DeleteSession(_ context.Context, id [32]byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, id)
+	return nil
 }
 
 // csrf is the token forms of this session carry.
@@ -46,7 +118,7 @@ func (s session) csrf() string {
 	h.Write([]byte("clockd console csrf\x00"))
 	h.Write([]byte(s.nonce))
 	h.Write([]byte{0})
-	h.Write([]byte(s.token))
+	h.Write([]byte(s.id))
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
@@ -96,61 +168,70 @@ func nonce(w http.ResponseWriter, r *http.Request) string {
 	return v
 }
 
-// errNoSession: the request has no session cookie, or one that does not
-// hold a valid token of the admin kind.
+// errNoSession: the request has no session cookie, or one whose session
+// does not exist (logged out, expired) or whose token no longer is a valid
+// token of the admin kind.
 var errNoSession = errors.New("not logged in")
 
+// errUnchecked: the session could not be checked (MySQL does not answer).
+// That is no reason to send an operator back to the login page.
+var errUnchecked = errors.New("the session could not be checked")
+
 // session returns the request's session: always one with auth off; with
-// auth on, only for a cookie holding a valid token of the admin kind. The
-// error is errNoSession, or one wrapping alarm.ErrUnavailable when the
-// token could not be checked (MySQL does not answer): that is no reason to
-// send an operator back to the login page.
+// auth on, only for a cookie naming a live session. The error is
+// errNoSession, or one wrapping errUnchecked.
 func (c *Console) session(w http.ResponseWriter, r *http.Request) (session, error) {
 	s := session{nonce: nonce(w, r)}
 	if c.o.Auth == nil {
 		return s, nil
 	}
-	token, ok := sessionToken(r)
+	id, ok := sessionID(r)
 	if !ok {
 		return s, errNoSession
 	}
-	if err := c.checkSession(r.Context(), token); err != nil {
+	if err := c.checkSession(r.Context(), id); err != nil {
 		return s, err
 	}
-	s.token = token
+	s.id = id
 	return s, nil
 }
 
-// sessionToken is the token the request's session cookie holds.
-func sessionToken(r *http.Request) (string, bool) {
+// sessionID is the session id the request's cookie holds.
+func sessionID(r *http.Request) (string, bool) {
 	ck, err := r.Cookie(sessionCookie)
-	if err != nil || ck.Value == "" {
-		return "", false
-	}
-	token, err := base64.RawURLEncoding.DecodeString(ck.Value)
 	if err != nil {
 		return "", false
 	}
-	return string(token), true
+	// 32 random bytes, base64url: anything else was never made here
+	if b, err := base64.RawURLEncoding.DecodeString(ck.Value); err != nil || len(b) != 32 {
+		return "", false
+	}
+	return ck.Value, true
 }
 
-// checkSession is checkAdmin with every refusal errNoSession, and a token
-// store that did not answer alarm.ErrUnavailable.
-func (c *Console) checkSession(ctx context.Context, token string) error {
-	err := c.checkAdmin(ctx, token)
+// checkSession checks that the session exists, has not expired, and that
+// the token it was opened with still is a valid token of the admin kind:
+// nil, errNoSession, or an error wrapping errUnchecked.
+func (c *Console) checkSession(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	token, expires, err := c.sessions.Session(ctx, sha256.Sum256([]byte(id)))
 	switch {
-	case err == nil:
+	case errors.Is(err, alarm.ErrNotFound):
+		return errNoSession
+	case err != nil:
+		return fmt.Errorf("%w: %w", errUnchecked, err)
+	case !c.o.Now().Before(expires):
+		return errNoSession
+	}
+	p, err := c.o.Auth.AuthenticateHash(ctx, token)
+	switch {
+	case err == nil && p.RequireAdmin() == nil:
 		return nil
-	case unavailable(err):
-		return err
+	case err != nil && unavailable(err):
+		return fmt.Errorf("%w: %w", errUnchecked, err)
 	}
 	return errNoSession
-}
-
-// unavailable reports an error of a token check that says nothing of the
-// token: the store did not answer.
-func unavailable(err error) bool {
-	return errors.Is(err, alarm.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (c *Console) checkAdmin(ctx context.Context, token string) error {
@@ -161,6 +242,12 @@ func (c *Console) checkAdmin(ctx context.Context, token string) error {
 		return err
 	}
 	return p.RequireAdmin()
+}
+
+// unavailable reports an error of a token check that says nothing of the
+// token: the store did not answer.
+func unavailable(err error) bool {
+	return errors.Is(err, alarm.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // safeNext keeps a post-login redirect inside the console.
@@ -210,18 +297,40 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, http.StatusUnauthorized, "login", v)
 		return
 	}
-	// encoded: a cookie value keeps only some characters (net/http drops
-	// the others, such as ; " \ and non-ASCII, silently), and the
-	// bootstrap admin token (CLOCKD_ADMIN_TOKEN) may have any
-	http.SetCookie(w, cookie(r, sessionCookie, base64.RawURLEncoding.EncodeToString([]byte(token)), 0))
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	id := base64.RawURLEncoding.EncodeToString(raw[:])
+	now := c.o.Now()
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := c.sessions.CreateSession(ctx, sha256.Sum256([]byte(id)), sha256.Sum256([]byte(token)), now, now.Add(SessionTTL)); err != nil {
+		c.log.Warn("console login: the session could not be stored", "remote", r.RemoteAddr, "err", err)
+		v.Error = "The session could not be opened: clockd's database is not answering. Try again shortly."
+		c.render(w, http.StatusServiceUnavailable, "login", v)
+		return
+	}
+	http.SetCookie(w, cookie(r, sessionCookie, id, int(SessionTTL/time.Second)))
 	c.log.Info("console login", "remote", r.RemoteAddr)
 	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
 }
 
+// logout ends the session on the server (every instance), then asks the
+// browser to forget its cookie.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) (string, string, error) {
-	http.SetCookie(w, cookie(r, sessionCookie, "", -1))
 	if c.o.Auth == nil {
+		http.SetCookie(w, cookie(r, sessionCookie, "", -1))
 		return Prefix, "", nil
 	}
+	if id, ok := sessionID(r); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := c.sessions.DeleteSession(ctx, sha256.Sum256([]byte(id))); err != nil {
+			return "", "", fmt.Errorf("%w: end the session: %w", alarm.ErrUnavailable, err)
+		}
+	}
+	http.SetCookie(w, cookie(r, sessionCookie, "", -1))
+	c.log.Info("console logout", "remote", r.RemoteAddr)
 	return Prefix + "login", "", nil
 }

@@ -280,7 +280,7 @@ func (c *Console) tailEvents(w http.ResponseWriter, r *http.Request) {
 		case <-keep.C:
 			// the session is checked again: a revoked token or a logout
 			// ends the open tails too, not only the next requests
-			if token, ok := sessionToken(r); c.o.Auth != nil && (!ok || errors.Is(c.checkSession(ctx, token), errNoSession)) {
+			if id, ok := sessionID(r); c.o.Auth != nil && (!ok || errors.Is(c.checkSession(ctx, id), errNoSession)) {
 				write(sse("failed", map[string]string{"error": "the session ended: log in again"}))
 				cancel()
 				continue

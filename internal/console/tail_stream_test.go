@@ -3,7 +3,7 @@ package console_test
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -31,6 +31,13 @@ type revocable struct {
 func (a *revocable) Authenticate(_ context.Context, header string) (auth.Principal, error) {
 	if header == "Bearer "+a.secret && !a.revoked.Load() {
 		return auth.Principal{Admin: true}, nil
+	}
+	return auth.Principal{}, auth.ErrUnauthenticated
+}
+
+func (a *revocable) AuthenticateHash(ctx context.Context, hash [32]byte) (auth.Principal, error) {
+	if hash == sha256.Sum256([]byte(a.secret)) {
+		return a.Authenticate(ctx, "Bearer "+a.secret)
 	}
 	return auth.Principal{}, auth.ErrUnauthenticated
 }
@@ -177,7 +184,8 @@ func TestTailEndsWhenItsTokenIsRevoked(t *testing.T) {
 	a := &revocable{secret: auth.SecretPrefix + strings.Repeat("x", 43)}
 	t.Cleanup(console.SetTailTimings(time.Second))
 	con, srv, url, exchange := tailServer(t, a)
-	cookie := "clockd_console=" + base64.RawURLEncoding.EncodeToString([]byte(a.secret))
+	ck := login(t, srv.URL, a.secret)
+	cookie := ck.Name + "=" + ck.Value
 	conn, br, _ := openTail(t, srv.Listener.Addr().String(), "secret-app", cookie, false)
 	t.Cleanup(func() { conn.Close(); con.Close(); srv.Close() })
 

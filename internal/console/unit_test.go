@@ -54,11 +54,11 @@ func TestSafeNextStaysInTheConsole(t *testing.T) {
 }
 
 func TestCSRFTokenIsBoundToTheSession(t *testing.T) {
-	a := session{token: "admin-1", nonce: "n1"}
+	a := session{id: "session-1", nonce: "n1"}
 	if !a.checkCSRF(a.csrf()) {
 		t.Fatal("a session's own token is refused")
 	}
-	for _, other := range []session{{token: "admin-2", nonce: "n1"}, {token: "admin-1", nonce: "n2"}, {nonce: "n1"}} {
+	for _, other := range []session{{id: "session-2", nonce: "n1"}, {id: "session-1", nonce: "n2"}, {nonce: "n1"}} {
 		if other.checkCSRF(a.csrf()) {
 			t.Errorf("token of %+v accepted for %+v", a, other)
 		}

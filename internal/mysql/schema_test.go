@@ -18,7 +18,7 @@ import (
 	"github.com/clockd/clockd/migrations"
 )
 
-var schemaTables = []string{"clock", "clock_history", "clock_instance", "clock_lease", "clock_quota", "clock_setting", "clock_shard", "clock_token"}
+var schemaTables = []string{"clock", "clock_console_session", "clock_history", "clock_instance", "clock_lease", "clock_quota", "clock_setting", "clock_shard", "clock_token"}
 
 // schemaDB opens the test's own database; migrated says whether to apply the schema.
 func schemaDB(t *testing.T, migrated bool) (*sqlx.DB, string) {

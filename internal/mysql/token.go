@@ -194,3 +194,50 @@ func (s *AuthStore) LiveClocks(ctx context.Context, app string) (int, error) {
 	}
 	return n, nil
 }
+
+// Console sessions (clock_console_session): the console.SessionStore of
+// clockd, shared by every instance.
+
+// CreateSession stores a session by the hashes of its id and of its token,
+// and deletes up to 100 expired ones (sessions are deleted at logout, and
+// an abandoned one at a later login).
+func (s *AuthStore) CreateSession(ctx context.Context, id, token [32]byte, created, expires time.Time) error {
+	if _, err := s.db.ExecContext(ctx, "DELETE FROM clock_console_session WHERE expires_at < ? LIMIT 100", ms(created)); err != nil {
+		return fmt.Errorf("delete expired sessions: %w", mapErr(err))
+	}
+	if _, err := s.db.ExecContext(ctx, "INSERT INTO clock_console_session (id_hash, token_hash, created_at, expires_at) VALUES (?, ?, ?, ?)",
+		id[:], token[:], ms(created), ms(expires)); err != nil {
+		return fmt.Errorf("create session: %w", mapErr(err))
+	}
+	return nil
+}
+
+// Session returns the token hash and expiry of a session; alarm.ErrNotFound
+// when there is none (logged out, or never).
+func (s *AuthStore) Session(ctx context.Context, id [32]byte) ([32]byte, time.Time, error) {
+	var row struct {
+		Token   []byte `db:"token_hash"`
+		Expires int64  `db:"expires_at"`
+	}
+	var token [32]byte
+	err := s.db.GetContext(ctx, &row, "SELECT token_hash, expires_at FROM clock_console_session WHERE id_hash = ?", id[:])
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return token, time.Time{}, alarm.ErrNotFound
+	case err != nil:
+		return token, time.Time{}, fmt.Errorf("read session: %w", mapErr(err))
+	case len(row.Token) != len(token):
+		return token, time.Time{}, fmt.Errorf("read session: token hash of %d bytes", len(row.Token))
+	}
+	copy(token[:], row.Token)
+	return token, fromMS(row.Expires), nil
+}
+
+// DeleteSession ends a session (logout); one that does not exist is no
+// error.
+func (s *AuthStore) DeleteSession(ctx context.Context, id [32]byte) error {
+	if _, err := s.db.ExecContext(ctx, "DELETE FROM clock_console_session WHERE id_hash = ?", id[:]); err != nil {
+		return fmt.Errorf("delete session: %w", mapErr(err))
+	}
+	return nil
+}

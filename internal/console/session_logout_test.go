@@ -1,0 +1,79 @@
+package console_test
+
+import (
+	"encoding/base64"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/clockd/clockd/internal/console"
+)
+
+// Logout ends the session on the server: a copy of the cookie taken
+// before it (a shared machine, a proxy log, a HAR file attached to a
+// ticket) opens nothing afterwards. And the cookie is not the admin token:
+// it used to be (base64), so a copy was an API token valid on /v1 until
+// revoked.
+func TestLogoutEndsTheSessionOnTheServer(t *testing.T) {
+	const secret = "clk_review-admin-token-0123456789abcdefghijkl"
+	con, err := console.New(console.Options{Auth: oneAdmin(secret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	defer srv.Close()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(srv.URL + "/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrf := formValue(t, readAll(resp), "csrf")
+	resp, err = c.PostForm(srv.URL+"/ui/login", url.Values{"csrf": {csrf}, "token": {secret}, "next": {"/ui/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var stolen *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "clockd_console" {
+			stolen = ck
+		}
+	}
+	if stolen == nil {
+		t.Fatal("no session cookie after login")
+	}
+	if strings.Contains(stolen.Value, secret) || strings.Contains(stolen.Value, base64.RawURLEncoding.EncodeToString([]byte(secret))) {
+		t.Errorf("the session cookie holds the admin token: %q", stolen.Value)
+	}
+	// Log out the way the page does, with the session's CSRF token (the
+	// error page of a refused action carries the layout's logout form).
+	resp, err = c.PostForm(srv.URL+"/ui/logout", url.Values{"csrf": {"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessCSRF := formValue(t, readAll(resp), "csrf") // the error page's logout form
+	resp, err = c.PostForm(srv.URL+"/ui/logout", url.Values{"csrf": {sessCSRF}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout: %d", resp.StatusCode)
+	}
+	// The cookie kept from before the logout: the tail's event stream
+	// answers 400 (no app) with a session, 401 without one.
+	req, _ := http.NewRequest("GET", srv.URL+"/ui/tail/events", nil)
+	req.AddCookie(&http.Cookie{Name: stolen.Name, Value: stolen.Value})
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the session cookie from before the logout still opens the console (%d, want 401): logout does not end the session on the server", resp.StatusCode)
+	}
+}
