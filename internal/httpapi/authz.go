@@ -41,10 +41,18 @@ func (a *api) handle(pattern string, need access, h http.HandlerFunc, query ...s
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		p := auth.Anyone
 		if a.auth != nil {
+			// a token not in the cache costs a MySQL lookup, and anyone can
+			// make up well-formed ones: the checks under way are capped as
+			// the requests are, and past the cap answer 503 at once
+			if !a.limit.checkIn() {
+				tooBusy(w, r)
+				return
+			}
 			var err error
 			ctx, cancel := a.bounded(r)
 			p, err = a.auth.Authenticate(ctx, r.Header.Get("Authorization"))
 			cancel()
+			a.limit.checkOut()
 			if err != nil {
 				a.fail(w, r, err)
 				return

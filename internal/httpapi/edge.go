@@ -102,13 +102,34 @@ func withRequestState(next http.Handler, log *slog.Logger) http.Handler {
 type limiter struct {
 	work    chan struct{}
 	readers chan struct{}
+	checks  chan struct{} // token checks under way (checkIn)
 }
 
 func newLimiter(max int) *limiter {
 	if max <= 0 {
 		return nil
 	}
-	return &limiter{work: make(chan struct{}, max), readers: make(chan struct{}, 4*max)}
+	return &limiter{work: make(chan struct{}, max), readers: make(chan struct{}, 4*max), checks: make(chan struct{}, max)}
+}
+
+// checkIn takes a slot for a token check, or reports that max checks are
+// under way (a nil limiter has room for all).
+func (l *limiter) checkIn() bool {
+	if l == nil {
+		return true
+	}
+	select {
+	case l.checks <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *limiter) checkOut() {
+	if l != nil {
+		<-l.checks
+	}
 }
 
 func tooBusy(w http.ResponseWriter, r *http.Request) {

@@ -378,15 +378,17 @@ func (a *api) clusterView(w http.ResponseWriter, r *http.Request) {
 }
 
 // addrRE matches the host:port of an address in an error message, and
-// userRE MySQL's account in one ("Access denied for user 'clockd'@'10.0.0.5'").
+// quotedRE a name MySQL or RabbitMQ quote in one (an account: "Access
+// denied for user 'clockd'@'10.0.0.5'", "access to vhost 'prod' refused
+// for user 'clockd'"; a database).
 var (
-	addrRE = regexp.MustCompile(`(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}\b`)
-	userRE = regexp.MustCompile(`'[^']*'@'[^']*'`)
+	addrRE   = regexp.MustCompile(`(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}\b`)
+	quotedRE = regexp.MustCompile(`'[^']*'`)
 )
 
 // hideAddrs keeps a readiness reason ("dial tcp: connection refused",
-// "Access denied") but not the internal addresses or accounts in it:
-// /readyz answers without a token.
+// "Access denied") but not the internal addresses, accounts or names in
+// it: /readyz answers without a token. The log has the whole error.
 func hideAddrs(s string) string {
-	return addrRE.ReplaceAllString(userRE.ReplaceAllString(s, "<account>"), "<address>")
+	return addrRE.ReplaceAllString(quotedRE.ReplaceAllString(s, "'…'"), "<address>")
 }

@@ -126,10 +126,12 @@ type Janitor struct {
 	errs       prometheus.Counter
 	yielded    prometheus.Counter
 
-	mu        sync.Mutex
-	held      bool
-	counts    map[alarm.Status]int64
-	countedAt time.Time
+	mu   sync.Mutex
+	held bool
+	// leaseFailing: the last renewal failed (logged once, not per attempt)
+	leaseFailing bool
+	counts       map[alarm.Status]int64
+	countedAt    time.Time
 
 	ddlRetryAt time.Time // no partition change before (after one failed; runs only)
 }
@@ -242,10 +244,21 @@ func (j *Janitor) hold(ctx context.Context) bool {
 	lctx, cancel := context.WithTimeout(ctx, j.cfg.LeaseTTL/3)
 	defer cancel()
 	held, err := j.store.HoldLease(lctx, LeaseName, j.cfg.InstanceID, j.cfg.LeaseTTL)
+	// one warning when renewals start to fail (an outage of MySQL), one
+	// line when they work again: not one per attempt (every LeaseTTL/3)
+	j.mu.Lock()
+	was := j.leaseFailing
+	j.leaseFailing = err != nil && ctx.Err() == nil
+	j.mu.Unlock()
+	switch {
+	case err != nil && ctx.Err() == nil && !was:
+		j.log.Warn("janitor lease cannot be renewed; retrying quietly", "err", err)
+	case err != nil && ctx.Err() == nil:
+		j.log.Debug("janitor lease still cannot be renewed", "err", err)
+	case err == nil && was:
+		j.log.Info("janitor lease renewals work again")
+	}
 	if err != nil {
-		if ctx.Err() == nil {
-			j.log.Warn("janitor lease", "err", err)
-		}
 		held = false
 	}
 	j.setHeld(held)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/clockd/clockd/internal/alarm"
@@ -324,9 +325,14 @@ func commit(tx *sqlx.Tx) error { return commitErr(tx.Commit()) }
 // commitErr is the error of a COMMIT: MySQL's own answer, or, for any
 // other failure (its answer lost), an *unknownError.
 func commitErr(err error) error {
+	var me *mysql.MySQLError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &me) && (me.Number == 1317 || me.Number == 1927 || me.Number == 1053):
+		// interrupted, killed or shut down while committing: the commit
+		// may have been done first; find out
+		return &unknownError{err: fmt.Errorf("commit: %w", err)}
 	case isServerError(err):
 		return fmt.Errorf("commit: %w", err)
 	default:

@@ -94,6 +94,18 @@ func createDatabase(ctx context.Context, cfg *mysql.Config) error {
 		return fmt.Errorf("open mysql server: %w", err)
 	}
 	defer db.Close()
+	// Only when it is missing: a service account may hold the privileges
+	// on its database and none to create databases (a DBA's account runs
+	// `clockd migrate`), and CREATE DATABASE IF NOT EXISTS needs CREATE
+	// even when the database exists.
+	var one int
+	err = db.QueryRowContext(ctx, "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", cfg.DBName).Scan(&one)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("look for database %s at %s: %w", cfg.DBName, cfg.Addr, err)
+	}
 	q := "CREATE DATABASE IF NOT EXISTS " + quoteIdent(cfg.DBName) + " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 	if _, err := db.ExecContext(ctx, q); err != nil {
 		return fmt.Errorf("create database %s at %s: %w", cfg.DBName, cfg.Addr, err)
@@ -131,10 +143,34 @@ func mapErr(err error) error {
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
+		if refusedForNow(me.Number) {
+			return fmt.Errorf("%w: mysql refused: %w", alarm.ErrUnavailable, err)
+		}
 		return err
 	}
 	// Connection-level failures: the database is unreachable.
 	return fmt.Errorf("%w: mysql: %v", alarm.ErrUnavailable, err)
+}
+
+// refusedForNow: MySQL answered but would not do the statement, for a
+// reason of the server's state, not of the request: nothing was changed,
+// and the same request may work later. A 503 (the Go client retries it),
+// not a 500.
+func refusedForNow(code uint16) bool {
+	switch code {
+	case 1040, // too many connections
+		1044, 1045, // access denied (a rotated password, a revoked grant)
+		1053,       // server shutdown in progress
+		1205, 1213, // lock wait timeout, deadlock (after the retries)
+		1226,             // a user resource limit
+		1290, 1836, 1792, // read-only (a demoted primary), read-only transaction
+		1317,       // query interrupted (KILL QUERY)
+		1927,       // connection killed (MariaDB)
+		1969, 3024, // statement time limits (MariaDB max_statement_time, MySQL max_execution_time)
+		4031: // disconnected by the server (idle timeout, MySQL 8)
+		return true
+	}
+	return false
 }
 
 // isRetryable: a deadlock victim, a lock wait timeout, or a duplicate key

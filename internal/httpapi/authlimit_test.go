@@ -1,0 +1,101 @@
+package httpapi_test
+
+// The concurrency cap covers token checks: a token not in the cache costs
+// a MySQL lookup, and anyone can make up well-formed ones; past
+// http.max_concurrent_requests checks under way, 503 at once, not a
+// request held on a slow MySQL.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/auth"
+	"github.com/clockd/clockd/internal/httpapi"
+	mysqlstore "github.com/clockd/clockd/internal/mysql"
+	"github.com/clockd/clockd/internal/testenv"
+)
+
+func TestConcurrencyCapCoversMadeUpTokens(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.MySQLDSN(t)
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.StartProxy(t, cfg.Addr)
+	cfg.Addr = proxy.Addr
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := mysqlstore.Open(ctx, cfg.FormatDSN(), 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	log := slog.New(slog.DiscardHandler)
+	if err := mysqlstore.Migrate(ctx, db, log); err != nil {
+		t.Fatal(err)
+	}
+	shards, err := mysqlstore.SetupShards(ctx, db, testShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	store := mysqlstore.NewStore(db, mysqlstore.StoreConfig{Shards: shards, Logger: log, Registerer: reg})
+	t.Cleanup(store.Close)
+	st := mysqlstore.NewAuthStore(db)
+	const limit = 4
+	h := httpapi.New(httpapi.Options{
+		Service: alarm.NewService(store, nil, time.Now, alarm.Limits{}, 2*time.Second), Logger: log, Registerer: reg,
+		Auth:          auth.New(st, auth.Config{Mode: auth.ModeTokens, AdminToken: bootstrapAdmin}),
+		MaxConcurrent: limit, DBTimeout: 2 * time.Second,
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	proxy.Stall() // MySQL slow: every lookup waits
+
+	madeUp := func() string {
+		var b [32]byte
+		_, _ = rand.Read(b[:])
+		return auth.SecretPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	}
+	const n = 40
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	held := 0
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequest("GET", srv.URL+"/v1/clocks/order/o-1", nil)
+			req.Header.Set("Authorization", "Bearer "+madeUp())
+			start := time.Now()
+			resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+			if err != nil {
+				t.Errorf("GET: %v", err)
+				return
+			}
+			resp.Body.Close()
+			if time.Since(start) > time.Second {
+				mu.Lock()
+				held++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	proxy.Resume()
+	if held > limit {
+		t.Errorf("%d of %d requests with made-up tokens were held more than 1 s each, waiting on MySQL at once; "+
+			"max_concurrent_requests is %d: the rest should have answered 503 at once", held, n, limit)
+	}
+}
