@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -771,6 +773,54 @@ func TestReadyzUnavailable(t *testing.T) {
 	resp2.Body.Close()
 	if resp2.StatusCode != 200 {
 		t.Errorf("/healthz while not ready: %d", resp2.StatusCode)
+	}
+}
+
+// /readyz is open and never held back: a flood of probes runs the checks
+// (a MySQL ping) about once a second, not once each, and still sees a
+// change within that second.
+func TestReadyzFloodChecksOnceASecond(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	var failing atomic.Bool
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Ready: []httpapi.Check{
+		{Name: "mysql", Check: func(context.Context) error {
+			calls.Add(1)
+			if failing.Load() {
+				return errors.New("dial tcp: connection refused")
+			}
+			return nil
+		}},
+	}}))
+	defer srv.Close()
+	get := func() int {
+		resp, err := srv.Client().Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			for range 25 {
+				if code := get(); code != 200 {
+					t.Errorf("/readyz: %d", code)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n, most := calls.Load(), int64(time.Since(start)/time.Second)+2; n > most {
+		t.Errorf("500 probes in %v ran the checks %d times, want at most %d", time.Since(start), n, most)
+	}
+	failing.Store(true)
+	time.Sleep(1100 * time.Millisecond)
+	if code := get(); code != 503 {
+		t.Errorf("/readyz 1.1 s after MySQL went away: %d, want 503", code)
 	}
 }
 

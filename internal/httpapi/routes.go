@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,12 @@ type api struct {
 	mux     *http.ServeMux
 	limit   *limiter
 	dbTime  time.Duration
+
+	// the last readiness answer (readyz), reused for readyFor
+	readyMu   sync.Mutex
+	readyAt   time.Time
+	readyCode int
+	readyBody map[string]any
 }
 
 // New returns the handler of every route.
