@@ -71,3 +71,47 @@ func TestReadBodyOverTheLimit(t *testing.T) {
 		t.Fatalf("err %v; want *http.MaxBytesError", err)
 	}
 }
+
+// The bodies clockd holds at once (received, or being received, until
+// their request ends) are capped: 1,024 reader slots of 8 MiB bodies would
+// otherwise be 8 GiB. Past the budget a request answers 503 at once, and
+// the budget comes back when the requests holding it end.
+func TestBodiesHeldAreBudgeted(t *testing.T) {
+	l := newLimiter(8, 1<<20)
+	l.bodyBudget = 1 << 20
+	release := make(chan struct{})
+	entered := make(chan struct{}, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.serve(w, r, 1<<20, func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{}
+			<-release
+			w.WriteHeader(http.StatusOK)
+		})
+	}))
+	defer srv.Close()
+	post := func() int {
+		resp, err := srv.Client().Post(srv.URL, "application/json", bytes.NewReader(make([]byte, 400<<10)))
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	first := make(chan int, 1)
+	go func() { first <- post() }()
+	<-entered // holds its 400 KiB body (and the buffers it grew through)
+	if code := post(); code != http.StatusServiceUnavailable {
+		t.Errorf("a second 400 KiB body with the first one held: %d, want 503", code)
+	}
+	close(release)
+	if code := <-first; code != http.StatusOK {
+		t.Errorf("the first request: %d", code)
+	}
+	if n := l.bodies.Load(); n != 0 {
+		t.Errorf("%d bytes of the budget still taken after every request ended", n)
+	}
+	if code := post(); code != http.StatusOK {
+		t.Errorf("a body once the budget is back: %d, want 200", code)
+	}
+}

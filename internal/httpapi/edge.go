@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -103,14 +104,39 @@ type limiter struct {
 	work    chan struct{}
 	readers chan struct{}
 	checks  chan struct{} // token checks under way (checkIn)
+	// bodies: bytes of request bodies held (received or being received,
+	// until their request ends), at most bodyBudget: 1,024 readers of
+	// 8 MiB bodies would otherwise be 8 GiB
+	bodies     atomic.Int64
+	bodyBudget int64
 }
 
-func newLimiter(max int) *limiter {
-	if max <= 0 {
+// bodyBudgetBodies is how many bodies of max_body_bytes the limiter lets
+// clockd hold at once (bodyBudget; at least minBodyBudget bytes).
+const (
+	bodyBudgetBodies = 32
+	minBodyBudget    = 64 << 20
+)
+
+func newLimiter(most int, maxBody int64) *limiter {
+	if most <= 0 {
 		return nil
 	}
-	return &limiter{work: make(chan struct{}, max), readers: make(chan struct{}, 4*max), checks: make(chan struct{}, max)}
+	return &limiter{work: make(chan struct{}, most), readers: make(chan struct{}, 4*most), checks: make(chan struct{}, most),
+		bodyBudget: max(bodyBudgetBodies*maxBody, minBodyBudget)}
 }
+
+// reserve takes n bytes of the body budget, or reports that it is spent.
+func (l *limiter) reserve(n int64) bool {
+	if l.bodies.Add(n) > l.bodyBudget {
+		l.bodies.Add(-n)
+		return false
+	}
+	return true
+}
+
+// errBodyBudget: the bodies held already use the whole budget.
+var errBodyBudget = errors.New("too many request bodies held at once")
 
 // checkIn takes a slot for a token check, or reports that max checks are
 // under way (a nil limiter has room for all).
@@ -169,17 +195,31 @@ func (p *preread) Close() error { return nil }
 // max_body_bytes and sends a trickle holds memory in proportion to what it
 // sent, not to what it declared.
 func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
+	return readBodyWithin(r, declared, limit, nil)
+}
+
+// readBodyWithin is readBody that asks reserve (when set) for the bytes of
+// each buffer before it makes it, and stops with errBodyBudget when
+// refused.
+func readBodyWithin(r io.Reader, declared, limit int64, reserve func(int64) bool) ([]byte, error) {
 	const firstRead = 32 << 10
 	want := declared + 1 // the capacity that holds the whole body
 	if declared < 0 || declared > limit {
 		want = 0 // unknown: grow by doubling
 	}
-	b := make([]byte, 0, min(max(want, 512), firstRead))
+	first := min(max(want, 512), firstRead)
+	if reserve != nil && !reserve(first) {
+		return nil, errBodyBudget
+	}
+	b := make([]byte, 0, first)
 	for {
 		if len(b) == cap(b) {
 			n := 2 * cap(b)
 			if want > int64(len(b)) {
 				n = int(min(want, 4*int64(cap(b))))
+			}
+			if reserve != nil && !reserve(int64(n)) {
+				return b, errBodyBudget
 			}
 			b = append(make([]byte, 0, n), b...)
 		}
@@ -208,8 +248,22 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, maxBody int64, h
 			tooBusy(w, r)
 			return
 		}
-		data, err := readBody(http.MaxBytesReader(w, r.Body, maxBody), r.ContentLength, maxBody)
+		// every buffer readBody makes counts (the old one is garbage
+		// once copied, but not yet collected), until the request ends
+		var held int64
+		data, err := readBodyWithin(http.MaxBytesReader(w, r.Body, maxBody), r.ContentLength, maxBody, func(n int64) bool {
+			if !l.reserve(n) {
+				return false
+			}
+			held += n
+			return true
+		})
 		<-l.readers
+		defer l.bodies.Add(-held)
+		if errors.Is(err, errBodyBudget) {
+			tooBusy(w, r)
+			return
+		}
 		r.Body = &preread{data: data, err: err}
 	}
 	select {

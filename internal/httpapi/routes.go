@@ -90,7 +90,7 @@ func New(o Options) http.Handler {
 		o.MaxListBytes = DefaultMaxListBytes
 	}
 	a := &api{svc: o.Service, log: o.Logger, maxBody: o.MaxBodyBytes, maxList: o.MaxListBytes, ready: o.Ready,
-		cluster: o.Cluster, auth: o.Auth, quotas: o.Quotas, mux: http.NewServeMux(), limit: newLimiter(o.MaxConcurrent),
+		cluster: o.Cluster, auth: o.Auth, quotas: o.Quotas, mux: http.NewServeMux(), limit: newLimiter(o.MaxConcurrent, o.MaxBodyBytes),
 		dbTime: o.DBTimeout}
 	if a.dbTime <= 0 {
 		a.dbTime = alarm.DefaultTimeout
