@@ -29,58 +29,121 @@ const MaxBatch = 1000
 type BatchResult struct {
 	Clock   Clock
 	Created bool  // 201; false with a nil Err: an identical clock existed
-	Err     error // an *Error (errors.Is works) when this clock was refused
+	Err     error // an *Error (errors.Is works) when this clock was refused or not made
 }
 
 // CreateBatch sets up to MaxBatch clocks in one request and returns one
 // result per clock, in order; each is applied or refused on its own.
-// Retried on network errors and 503 like Create: a repeated batch answers
-// 200 for the clocks the first attempt made.
+//
+// Retried on network errors and 503 like Create (see the package doc),
+// within one retry policy (Retry's attempts and backoff, Retry-After, ctx):
+// a request that got no answer or a 503 is sent again whole, and when
+// clockd answers with some items of status 503 (MySQL did not answer in
+// time: those clocks were not made), only those items are sent again and
+// their new results take their places. This is safe because a create is
+// idempotent by key: a repeat answers 200 with the clock the first attempt
+// made. An item still 503 once the attempts are used up or ctx ended keeps
+// that error (errors.Is(r.Err, ErrUnavailable)). A 500 item (an internal
+// failure of clockd: not made) is not retried, as Create does not retry a
+// 500.
+//
+// The call fails as a whole (nil results and an error) only when no
+// attempt got a batch answer (no answer, a 503 or another error for the
+// whole request, to the end of its attempts). When a resend of the 503
+// items fails as a whole (no answer, the context ended, another error),
+// the items it carried get that error as their Err and the others keep
+// the results they had. An item whose resend got no answer matches
+// ErrUnavailable: its outcome is unknown; read the clock, or create it
+// again.
 func (c *Client) CreateBatch(ctx context.Context, clocks []NewClock) ([]BatchResult, error) {
 	if len(clocks) > MaxBatch {
 		return nil, fmt.Errorf("client: a batch of %d clocks: at most %d", len(clocks), MaxBatch)
 	}
-	req := struct {
-		Clocks []createBody `json:"clocks"`
-	}{Clocks: make([]createBody, len(clocks))}
+	bodies := make([]createBody, len(clocks))
 	for i, n := range clocks {
-		req.Clocks[i] = n.body()
-	}
-	var ans struct {
-		Results []struct {
-			Status int    `json:"status"`
-			Clock  *Clock `json:"clock"`
-			Error  *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		} `json:"results"`
+		bodies[i] = n.body()
 	}
 	const path = "/v1/clocks/batch"
-	var wait time.Duration
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: path, body: req, retry: true, retryAfter: &wait}, &ans); err != nil {
-		return nil, err
-	}
-	if len(ans.Results) != len(clocks) {
-		return nil, fmt.Errorf("POST %s: %d results for %d clocks", path, len(ans.Results), len(clocks))
-	}
 	out := make([]BatchResult, len(clocks))
-	for i, r := range ans.Results {
-		switch {
-		case r.Clock != nil && r.Status < 300:
-			out[i] = BatchResult{Clock: *r.Clock, Created: r.Status == http.StatusCreated}
-		default:
-			e := &Error{Status: r.Status, Method: http.MethodPost, Path: path + " [" + strconv.Itoa(i) + "]"}
-			if r.Error != nil {
-				e.Code, e.Message = r.Error.Code, r.Error.Message
-			}
-			if r.Status == http.StatusTooManyRequests {
-				e.RetryAfter = wait
-			}
-			out[i] = BatchResult{Err: e}
-		}
+	send := make([]int, len(clocks)) // the indexes of the clocks this attempt sends
+	for i := range send {
+		send[i] = i
 	}
-	return out, nil
+	answered := false // out holds results of an earlier attempt
+	r := c.retrier(true)
+	for {
+		req := struct {
+			Clocks []createBody `json:"clocks"`
+		}{Clocks: make([]createBody, len(send))}
+		for j, i := range send {
+			req.Clocks[j] = bodies[i]
+		}
+		cl := call{method: http.MethodPost, path: path, body: req, retry: true}
+		var ans batchAnswer
+		payload, err := cl.encode()
+		var retryAfter time.Duration
+		if err == nil {
+			_, retryAfter, err = c.exchange(ctx, cl, payload, &ans)
+		}
+		if err == nil && len(ans.Results) != len(send) {
+			err = fmt.Errorf("POST %s: %d results for %d clocks", path, len(ans.Results), len(send))
+		}
+		if err != nil {
+			if retryable(err) && r.again(ctx, retryAfter) {
+				continue
+			}
+			if !answered {
+				return nil, err
+			}
+			for _, i := range send {
+				out[i] = BatchResult{Err: err}
+			}
+			return out, nil
+		}
+		answered = true
+		var again []int
+		for j, res := range ans.Results {
+			i := send[j]
+			out[i] = res.result(path, i, retryAfter)
+			if res.Clock == nil && res.Status == http.StatusServiceUnavailable {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 || !r.again(ctx, retryAfter) {
+			return out, nil
+		}
+		send = again
+	}
+}
+
+// batchAnswer is the JSON of a batch's answer.
+type batchAnswer struct {
+	Results []batchItem `json:"results"`
+}
+
+type batchItem struct {
+	Status int    `json:"status"`
+	Clock  *Clock `json:"clock"`
+	Error  *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// result is the BatchResult of item i; wait is the answer's Retry-After,
+// which a 429 item (over its application's quota) takes.
+func (r batchItem) result(path string, i int, wait time.Duration) BatchResult {
+	if r.Clock != nil && r.Status < 300 {
+		return BatchResult{Clock: *r.Clock, Created: r.Status == http.StatusCreated}
+	}
+	e := &Error{Status: r.Status, Method: http.MethodPost, Path: path + " [" + strconv.Itoa(i) + "]"}
+	if r.Error != nil {
+		e.Code, e.Message = r.Error.Code, r.Error.Message
+	}
+	if r.Status == http.StatusTooManyRequests {
+		e.RetryAfter = wait
+	}
+	return BatchResult{Err: e}
 }
 
 // Get reads a clock, from the history too (Archived) once it finished and

@@ -15,24 +15,43 @@
 // against ErrNotFound, ErrConflict, ErrInvalid, ErrUnavailable,
 // ErrOverQuota, ErrUnauthenticated and ErrPermissionDenied.
 //
+// # No answer: the outcome is unknown
+//
+// A call whose request got no answer matches ErrUnavailable: clockd may
+// have received and applied it, or not. That is a network error, and also
+// a change (every call but the reads: Create, CreateBatch, Cancel,
+// Reschedule, Replay, Pause, Resume, SetQuota, CreateToken, RevokeToken)
+// whose context ended (deadline or cancel) after its request was sent and
+// before its answer came: its error matches both the context's error
+// (errors.Is(err, context.DeadlineExceeded) or context.Canceled) and
+// ErrUnavailable. A read cut by its context returns the context's error
+// alone (nothing to find out), and so does any call whose context had
+// ended before it was sent (it was not sent: nothing happened). A 503
+// answer (ErrUnavailable too) means the change was not made, except one
+// whose message says its outcome is unknown.
+//
 // # Retries
 //
 // Calls that are safe to repeat are retried, with capped exponential
-// backoff and jitter, when the request did not get an answer (a network
-// error) or got 503 Unavailable: Create and CreateBatch, because clockd is
-// idempotent by key — a create repeated with the same content answers 200
-// with the clock the first attempt made, never a second clock (and 409 only
-// if the key holds different content) — and the reads (Get, List, Tokens,
-// Quota, Cluster) and SetQuota (a PUT of the whole quota).
+// backoff and jitter (Retry; a Retry-After of clockd is waited instead),
+// while their context lasts, when the request did not get an answer (a
+// network error) or got 503 Unavailable: Create and CreateBatch, because
+// clockd is idempotent by key — a create repeated with the same content
+// answers 200 with the clock the first attempt made, never a second clock
+// (and 409 only if the key holds different content) — and the reads (Get,
+// List, Tokens, Quota, Cluster) and SetQuota (a PUT of the whole quota).
+// CreateBatch also sends again, alone, the items that clockd answered 503
+// within a 200 answer (see CreateBatch).
 //
 // Cancel, Reschedule, Replay, Pause, Resume, CreateToken and RevokeToken are
 // NOT retried: their second attempt, after a first one that was applied but
 // whose answer was lost, would answer 409 (the clock is no longer pending,
 // no longer dead, already paused), move a clock a second time (a delay
 // counts from the moment it is received) or make a second token. When one
-// of them fails with ErrUnavailable, read the clock (Get) to learn whether
-// it was applied. A 429 (ErrOverQuota) is never retried either: it carries
-// RetryAfter for the caller to decide.
+// of them fails with ErrUnavailable — no answer (a network error, or its
+// context ended while it waited for the answer) or a 503 — read the clock
+// (Get) to learn whether it was applied. A 429 (ErrOverQuota) is never
+// retried either: it carries RetryAfter for the caller to decide.
 package client
 
 import (
@@ -166,62 +185,97 @@ type call struct {
 	query  url.Values
 	body   any
 	retry  bool
-
-	// retryAfter, when set, receives a 2xx answer's Retry-After (a batch
-	// whose items were refused over quota)
-	retryAfter *time.Duration
 }
 
 // do sends a call, repeating it when it may be, decodes a 2xx answer into
 // out (when not nil) and returns its status.
 func (c *Client) do(ctx context.Context, cl call, out any) (int, error) {
-	var payload []byte
+	payload, err := cl.encode()
+	if err != nil {
+		return 0, err
+	}
+	r := c.retrier(cl.retry)
+	for {
+		status, retryAfter, err := c.exchange(ctx, cl, payload, out)
+		if err == nil || !retryable(err) || !r.again(ctx, retryAfter) {
+			return status, err
+		}
+	}
+}
+
+// encode returns the JSON of the call's body; nil when it has none.
+func (cl call) encode() ([]byte, error) {
 	switch b := cl.body.(type) {
 	case nil:
+		return nil, nil
 	case json.RawMessage:
-		payload = b // encoded by the caller (Do)
+		return b, nil // encoded by the caller (Do)
 	default:
 		data, err := json.Marshal(cl.body)
 		if err != nil {
-			return 0, fmt.Errorf("%s %s: encode request: %w", cl.method, cl.path, err)
+			return nil, fmt.Errorf("%s %s: encode request: %w", cl.method, cl.path, err)
 		}
-		payload = data
+		return data, nil
 	}
-	attempts := 1
-	if cl.retry {
-		attempts = max(c.retry.Attempts, 1)
+}
+
+// exchange makes one attempt of a call and decodes a 2xx answer into out
+// (when not nil). retryAfter is the answer's Retry-After, 0 without one.
+func (c *Client) exchange(ctx context.Context, cl call, payload []byte, out any) (status int, retryAfter time.Duration, err error) {
+	status, data, retryAfter, err := c.once(ctx, cl, payload)
+	if err != nil {
+		return status, retryAfter, err
 	}
-	wait := c.retry.Min
-	for n := 1; ; n++ {
-		status, data, retryAfter, err := c.once(ctx, cl, payload)
-		if err == nil {
-			if raw, ok := out.(*json.RawMessage); ok {
-				*raw = data // as it came (Do): no second pass over a large answer
-				return status, nil
-			}
-			if out != nil && len(data) > 0 {
-				if err := json.Unmarshal(data, out); err != nil {
-					return status, fmt.Errorf("%s %s: decode answer: %w", cl.method, cl.path, err)
-				}
-			}
-			return status, nil
-		}
-		if n >= attempts || !retryable(err) || ctx.Err() != nil {
-			return status, err
-		}
-		d := jitter(wait)
-		if retryAfter > 0 {
-			d = min(retryAfter, c.retry.Max)
-		}
-		wait = min(wait*2, c.retry.Max)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return status, err
-		case <-t.C:
+	if raw, ok := out.(*json.RawMessage); ok {
+		*raw = data // as it came (Do): no second pass over a large answer
+		return status, retryAfter, nil
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return status, 0, fmt.Errorf("%s %s: decode answer: %w", cl.method, cl.path, err)
 		}
 	}
+	return status, retryAfter, nil
+}
+
+// retrier counts the attempts of one call under the client's retry policy
+// and waits between them.
+type retrier struct {
+	policy   Retry
+	attempts int // the most attempts: 1 for a call that is not retried
+	n        int // attempts made
+	wait     time.Duration
+}
+
+func (c *Client) retrier(retry bool) *retrier {
+	r := &retrier{policy: c.retry, attempts: 1, n: 1, wait: c.retry.Min}
+	if retry {
+		r.attempts = max(c.retry.Attempts, 1)
+	}
+	return r
+}
+
+// again waits before the next attempt (retryAfter, at most Retry.Max,
+// when the server asked for it; else the backoff) and reports whether it
+// may be made: false when the attempts are used up or ctx ended.
+func (r *retrier) again(ctx context.Context, retryAfter time.Duration) bool {
+	if r.n >= r.attempts || ctx.Err() != nil {
+		return false
+	}
+	d := jitter(r.wait)
+	if retryAfter > 0 {
+		d = min(retryAfter, r.policy.Max)
+	}
+	r.wait = min(r.wait*2, r.policy.Max)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	r.n++
+	return true
 }
 
 // jitter returns a wait between d/2 and d, so that clients that failed
@@ -252,6 +306,29 @@ func (e *netError) Unwrap() []error {
 	return []error{e.err, ErrUnavailable}
 }
 
+// cutShort is the error of a request that ctx ended after it was handed
+// to the transport and before its answer was read: the context's error,
+// which a read returns as it is. Any other call may have reached clockd
+// and been applied, so its error is a request without an answer too: it
+// matches ErrUnavailable as well (outcome unknown).
+func cutShort(ctx context.Context, cl call) error {
+	if cl.method == http.MethodGet || cl.method == http.MethodHead {
+		return fmt.Errorf("%s %s: %w", cl.method, cl.path, ctxError(ctx))
+	}
+	return &netError{fmt.Errorf("%s %s: no answer before the context ended, outcome unknown: %w",
+		cl.method, cl.path, ctxError(ctx))}
+}
+
+// ctxError is the error of an ended ctx: ctx.Err(), with its cause when
+// it was given one, so that errors.Is finds both.
+func ctxError(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, cause)
+}
+
 // maxAnswer bounds what the client reads of one answer.
 const maxAnswer = 64 << 20
 
@@ -259,6 +336,10 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 	target := c.base + cl.path
 	if len(cl.query) > 0 {
 		target += "?" + cl.query.Encode()
+	}
+	if ctx.Err() != nil {
+		// Not sent: its outcome is known (nothing happened).
+		return 0, nil, 0, fmt.Errorf("%s %s: %w", cl.method, cl.path, ctxError(ctx))
 	}
 	var body io.Reader
 	if payload != nil {
@@ -279,7 +360,7 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, nil, 0, fmt.Errorf("%s %s: %w", cl.method, cl.path, context.Cause(ctx))
+			return 0, nil, 0, cutShort(ctx, cl)
 		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -291,25 +372,21 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 	data, err = io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
 		if ctx.Err() != nil {
-			return resp.StatusCode, nil, 0, fmt.Errorf("%s %s: %w", cl.method, cl.path, context.Cause(ctx))
+			return resp.StatusCode, nil, 0, cutShort(ctx, cl)
 		}
 		return resp.StatusCode, nil, 0, &netError{fmt.Errorf("%s %s: read answer: %w", cl.method, target, err)}
 	}
-	var wait time.Duration
 	if s := resp.Header.Get("Retry-After"); s != "" {
 		if secs, err := strconv.Atoi(s); err == nil && secs >= 0 {
-			wait = time.Duration(secs) * time.Second
+			retryAfter = time.Duration(secs) * time.Second
 		}
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-		if cl.retryAfter != nil {
-			*cl.retryAfter = wait
-		}
-		return resp.StatusCode, data, 0, nil
+		// A Retry-After here is for the items of a batch answered 503.
+		return resp.StatusCode, data, retryAfter, nil
 	}
 	e := decodeError(resp.StatusCode, data)
-	e.Method, e.Path = cl.method, cl.path
-	e.RetryAfter = wait
+	e.Method, e.Path, e.RetryAfter = cl.method, cl.path, retryAfter
 	return resp.StatusCode, nil, e.RetryAfter, e
 }
 
@@ -319,7 +396,9 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 // a 2xx answer as it came, or an *Error. It is for tools that show clockd's
 // answers as they are (clockctl); applications use the typed calls. GET and
 // PUT requests and the creates (POST /v1/clocks, POST /v1/clocks/batch) are
-// retried as the typed calls are; other requests are not.
+// retried as the typed calls are, a batch as a whole only (its items
+// answered 503 are in the answer, not sent again as CreateBatch does);
+// other requests are not.
 func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body any) (int, json.RawMessage, error) {
 	retry := method == http.MethodGet || method == http.MethodPut ||
 		(method == http.MethodPost && (path == "/v1/clocks" || path == "/v1/clocks/batch"))

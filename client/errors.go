@@ -10,8 +10,13 @@ import (
 )
 
 // Kinds of failure, for errors.Is. An *Error answered by clockd matches
-// the one of its status; a request that got no answer matches
-// ErrUnavailable.
+// the one of its status. A request that got no answer matches
+// ErrUnavailable: a network error, or a call other than a read (GET) whose
+// context ended after the request was sent and before the answer came —
+// that error matches the context's error (context.DeadlineExceeded,
+// context.Canceled) too. Its outcome is unknown: clockd may have applied
+// it; read the clock. A read cut by its context, and a call whose context
+// had ended before it was sent, return the context's error alone.
 var (
 	ErrInvalid          = errors.New("invalid request")   // 400 invalid_argument, 413 too_large
 	ErrUnauthenticated  = errors.New("unauthenticated")   // 401: no token, or not a valid one
@@ -19,7 +24,7 @@ var (
 	ErrNotFound         = errors.New("not found")         // 404
 	ErrConflict         = errors.New("conflict")          // 409: exists with other content, or not in a state that allows it
 	ErrOverQuota        = errors.New("over quota")        // 429 resource_exhausted; see Error.RetryAfter
-	ErrUnavailable      = errors.New("unavailable")       // 503, or no answer at all
+	ErrUnavailable      = errors.New("unavailable")       // 503 (a batch item too), or no answer at all: see above
 )
 
 // Error is a non-2xx answer of clockd.

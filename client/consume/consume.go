@@ -26,7 +26,20 @@
 //     declared by the consumer (it needs configure and write permission on
 //     them);
 //   - a message_id that the Dedup hook has seen is acknowledged without
-//     calling the handler.
+//     calling the handler;
+//   - when the copy of a failed ring cannot be moved to the delay (or dead)
+//     queue (the broker does not confirm it, or no queue takes it: the
+//     delay queue was deleted), the ring is left unacknowledged and the
+//     connection ends: Run reconnects, with its backoff, declares the delay
+//     and dead queues again, and the broker delivers the ring again (not a
+//     nack with requeue, which would bring it back at once: a spin).
+//
+// When Run's ctx ends, Run stops the deliveries and lets the rings under
+// way be handled, recorded by Dedup and acknowledged: the handler, Seen and
+// Done get a context that does not end with Run's, cancelled only when
+// they take longer than 5 s (then their rings are left unacknowledged and
+// go to the next consumer). Rings delivered but not begun are left
+// unacknowledged.
 //
 // Run keeps going across broker restarts and lost connections: it
 // reconnects with backoff, moving to the next URL of the list each time a
@@ -83,6 +96,9 @@ type Ring struct {
 }
 
 // Handler handles one ring. It is called from Workers goroutines at once.
+// Its ctx does not end when Run's does: a ring under way when Run is
+// stopped is handled to the end, then recorded (Dedup) and acknowledged;
+// ctx is cancelled only when that takes longer than 5 s after the stop.
 type Handler func(ctx context.Context, r Ring) error
 
 // Dedup remembers the message_ids that were handled, so that a ring
@@ -93,6 +109,9 @@ type Handler func(ctx context.Context, r Ring) error
 // then asks Seen. MemoryDedup is one, for a single process;
 // an application with several consumers keeps it where they all see it
 // (its database, in the same transaction as the handler's work, is best).
+// Seen and Done get the handler's context (see Handler): one that goes on
+// for up to 5 s after Run's ctx ended, so that a ring handled during a stop
+// is recorded.
 type Dedup interface {
 	Seen(ctx context.Context, messageID string) (bool, error)
 	Done(ctx context.Context, messageID string) error
@@ -232,7 +251,8 @@ func (c *Consumer) DeadQueue() string { return c.q.Name + ".dead" }
 
 // Run consumes until ctx is done, reconnecting whenever the connection is
 // lost, and returns nil then, after the handlers that were running
-// returned. It returns an error only when it cannot start at all (h is nil).
+// returned (they have up to 5 s to settle their rings: see Handler). It
+// returns an error only when it cannot start at all (h is nil).
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("consume: nil handler")
@@ -245,10 +265,10 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if consumed {
+		if consumed && !errors.Is(err, errMove) {
 			wait = minWait // it worked for a while: come back quickly
 		}
-		c.log.Warn("consumer connection lost; reconnecting", "broker", Redact(u), "err", err, "in", wait)
+		c.log.Warn("consumer session ended; reconnecting", "broker", Redact(u), "err", err, "in", wait)
 		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
 		case <-ctx.Done():
@@ -311,16 +331,44 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 	}
 	c.log.Info("consuming", "broker", Redact(u), "prefetch", c.o.Prefetch, "workers", c.o.Workers)
 
+	// The handlers, Dedup and the moves of failed rings get a context that
+	// does not end with Run's: when Run's ctx ends, the rings under way are
+	// still handled, recorded and settled (a ring handled and then not
+	// recorded by Dedup, or not acknowledged, is handled twice), for
+	// stopWait at most; then it is cancelled.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	// A ring that could not be moved to the delay queue ends the session
+	// (fail): a nack with requeue would bring it back at once, and a
+	// failing handler would spin on it.
+	var (
+		failOnce sync.Once
+		failed   = make(chan struct{})
+		failErr  error
+	)
+	fail := func(err error) {
+		failOnce.Do(func() { failErr = err; close(failed) })
+	}
+	ending := func() bool {
+		select {
+		case <-failed:
+			return true
+		default:
+			return ctx.Err() != nil
+		}
+	}
 	var (
 		wg     sync.WaitGroup
 		pubMu  sync.Mutex // one confirm at a time on pub keeps each wait tied to its publish
 		worker = func() {
 			defer wg.Done()
 			for d := range msgs {
-				if ctx.Err() != nil {
-					continue // stopping: left unacknowledged, the broker gives it to the next consumer
+				if ending() {
+					continue // left unacknowledged: the broker delivers it again (to the next consumer)
 				}
-				c.handle(ctx, h, d, &publisher{ch: pub, returns: returns, mu: &pubMu})
+				if err := c.handle(ctx, hctx, h, d, &publisher{ch: pub, returns: returns, mu: &pubMu}); err != nil {
+					fail(err)
+				}
 			}
 		}
 	)
@@ -332,18 +380,47 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 	// was deleted) or closes a channel: then reconnect too.
 	workersDone := make(chan struct{})
 	go func() { wg.Wait(); close(workersDone) }()
+	// Once Run's ctx ended (whatever the session is doing then), the
+	// handlers under way have stopWait to return; then hctx is cancelled.
+	go func() {
+		select {
+		case <-workersDone:
+			return
+		case <-ctx.Done():
+		}
+		t := time.NewTimer(stopWait)
+		defer t.Stop()
+		select {
+		case <-workersDone:
+		case <-t.C:
+			hcancel()
+		}
+	}()
 	pubClosed := pub.NotifyClose(make(chan *amqp.Error, 1))
 	select {
 	case <-ctx.Done():
 		err = ctx.Err()
 		// Stop the deliveries, then let the handlers under way settle
-		// their rings (up to stopWait): a ring handled and then not
-		// acknowledged because the connection went first would come back
-		// to the next consumer, handled twice.
+		// their rings (until stopWait ran out and hctx is cancelled): a
+		// ring handled and then not acknowledged because the connection
+		// went first would come back to the next consumer, handled twice.
+		_ = ch.Cancel(tag, false)
+		select {
+		case <-workersDone:
+		case <-hctx.Done():
+		}
+	case <-failed:
+		err = failErr
+		// As at a stop: no more deliveries, and the handlers under way
+		// settle their rings (up to stopWait). Then the connection closes
+		// and Run reconnects, with its backoff, declaring the queues again
+		// (a delay queue deleted behind its back is back); the ring that
+		// could not be moved, left unacknowledged, is delivered again.
 		_ = ch.Cancel(tag, false)
 		t := time.NewTimer(stopWait)
 		select {
 		case <-workersDone:
+		case <-hctx.Done():
 		case <-t.C:
 		}
 		t.Stop()
@@ -362,8 +439,14 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 }
 
 // stopWait bounds how long Run, when its ctx ends, waits for the handlers
-// under way to acknowledge their rings before it closes the connection.
+// under way to acknowledge their rings before it closes the connection and
+// cancels their context; and how long a session that could not move a
+// failed ring waits for them before it closes the connection.
 const stopWait = 5 * time.Second
+
+// errMove ends a session in which a failed ring could not be moved to the
+// delay (or dead) queue.
+var errMove = errors.New("could not move a failed ring")
 
 func closeReason(what string, e *amqp.Error) error {
 	if e == nil {
@@ -372,16 +455,19 @@ func closeReason(what string, e *amqp.Error) error {
 	return fmt.Errorf("%s closed: %w", what, e)
 }
 
-// handle runs the handler on one delivery and settles it.
-func (c *Consumer) handle(ctx context.Context, h Handler, d amqp.Delivery, pub *publisher) {
+// handle runs the handler on one delivery and settles it. ctx is Run's;
+// hctx, which outlives it by stopWait at most, is the handler's, Dedup's
+// and the move's. An error (errMove) says the ring, left unacknowledged,
+// could not be moved to the delay or dead queue: the session must end.
+func (c *Consumer) handle(ctx, hctx context.Context, h Handler, d amqp.Delivery, pub *publisher) error {
 	r := c.ring(d)
 	log := c.log.With("message_id", d.MessageId, "business_id", r.BusinessID)
 	if c.o.Dedup != nil && d.MessageId != "" {
 		if !c.begin(ctx, d.MessageId) {
-			return // stopping: left unacknowledged, the broker gives it to the next consumer
+			return nil // stopping: left unacknowledged, the broker gives it to the next consumer
 		}
 		defer c.end(d.MessageId)
-		seen, err := c.o.Dedup.Seen(ctx, d.MessageId)
+		seen, err := c.o.Dedup.Seen(hctx, d.MessageId)
 		if err != nil {
 			// Unknown: handle it (at least once) rather than drop it.
 			log.Warn("dedup lookup failed; handling the ring", "err", err)
@@ -389,25 +475,25 @@ func (c *Consumer) handle(ctx context.Context, h Handler, d amqp.Delivery, pub *
 			if err := d.Ack(false); err != nil {
 				log.Warn("ack of a duplicate failed; it comes back", "err", err)
 			}
-			return
+			return nil
 		}
 	}
-	err := safeCall(ctx, h, r)
+	err := safeCall(hctx, h, r)
 	if err == nil {
 		if c.o.Dedup != nil && d.MessageId != "" {
-			if err := c.o.Dedup.Done(ctx, d.MessageId); err != nil {
+			if err := c.o.Dedup.Done(hctx, d.MessageId); err != nil {
 				log.Warn("dedup record failed", "err", err)
 			}
 		}
 		if err := d.Ack(false); err != nil {
 			log.Warn("ack failed; the ring comes back", "err", err)
 		}
-		return
+		return nil
 	}
-	if ctx.Err() != nil {
-		// Shutting down: the handler was cut short. Leave the ring
-		// unacknowledged; the broker gives it to the next consumer.
-		return
+	if hctx.Err() != nil {
+		// Stopping, and stopWait ran out: the handler was cut short. Leave
+		// the ring unacknowledged; the broker gives it to the next consumer.
+		return nil
 	}
 	target, retries := c.RetryQueue(), r.Retries+1
 	pubMsg := amqp.Publishing{
@@ -427,16 +513,20 @@ func (c *Consumer) handle(ctx context.Context, h Handler, d amqp.Delivery, pub *
 		pubMsg.Expiration = strconv.FormatInt(c.o.RetryDelay.Milliseconds(), 10)
 		log.Warn("ring handler failed; retrying later", "err", err, "retry", retries, "in", c.o.RetryDelay)
 	}
-	if perr := pub.publish(ctx, target, pubMsg); perr != nil {
-		// Not acknowledged: the broker redelivers it after the connection
-		// ends, which is the retry.
-		log.Warn("could not move the failed ring; it comes back", "err", perr)
-		_ = d.Nack(false, true)
-		return
+	if perr := pub.publish(hctx, target, pubMsg); perr != nil {
+		if hctx.Err() != nil {
+			return nil // stopping, stopWait ran out: left unacknowledged, as above
+		}
+		// Not acknowledged, and not nacked with requeue (it would come
+		// back at once: a spin): the session ends, and the broker delivers
+		// it again after the reconnect, which is the retry.
+		log.Warn("could not move the failed ring; reconnecting, it comes back after", "err", perr, "queue", target)
+		return fmt.Errorf("%w to %q: %w", errMove, target, perr)
 	}
 	if err := d.Ack(false); err != nil {
 		log.Warn("ack failed; the ring comes back", "err", err)
 	}
+	return nil
 }
 
 // publisher sends the copies of failed rings, one at a time, on a channel

@@ -592,3 +592,60 @@ func TestDuplicateDuringItsHandlingIsHandledOnce(t *testing.T) {
 		t.Errorf("the handler ran %d times for two clocks, one delivered twice: want 2", n)
 	}
 }
+
+// TestFailedMoveReconnectsWithoutSpinning: when a failed ring cannot be
+// moved to the delay queue (here the delay queue was deleted behind the
+// consumer, so the mandatory copy is returned), the ring is neither
+// acknowledged nor requeued at once (a failing handler would run in a
+// tight loop): the session ends, Run reconnects and declares the delay
+// queue again, and the ring, delivered again, is moved there.
+func TestFailedMoveReconnectsWithoutSpinning(t *testing.T) {
+	t.Parallel()
+	url, q := sharedQueue(t)
+	var calls atomic.Int32
+	got := newReceived()
+	c, err := consume.New(consume.Options{URL: url, Queue: q, Bind: true, RetryDelay: 5 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c, func(ctx context.Context, r consume.Ring) error {
+		calls.Add(1)
+		got.add(r)
+		return errors.New("downstream unavailable")
+	})
+	waitQueueBound(t, url, q)
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(c.RetryQueue(), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, url, q, "5", "fails", nil)
+	time.Sleep(2 * time.Second)
+	// Once (its move fails), once more after the reconnect (moved), then
+	// not before RetryDelay.
+	if n := calls.Load(); n < 2 || n > 3 {
+		t.Fatalf("the failing handler ran %d times in 2 s with RetryDelay 5s; want 2 (the move failed, "+
+			"then after the reconnect it was moved)", n)
+	}
+	got.mu.Lock()
+	second := got.rings[1]
+	got.mu.Unlock()
+	if !second.Redelivered || second.Retries != 0 {
+		t.Errorf("the ring after the reconnect: redelivered %v, retries %d; want the same ring delivered again",
+			second.Redelivered, second.Retries)
+	}
+	rq, err := ch.QueueDeclarePassive(c.RetryQueue(), true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("the delay queue was not declared again: %v", err)
+	}
+	if rq.Messages != 1 {
+		t.Errorf("the delay queue holds %d messages, want the ring", rq.Messages)
+	}
+}
