@@ -63,7 +63,7 @@ func TestMigrateCommand(t *testing.T) {
 	if out := migrate(); !strings.Contains(out, "4 shards") {
 		t.Errorf("migrate said %q", out)
 	}
-	want := "clock,clock_history,clock_instance,clock_lease,clock_quota,clock_setting,clock_shard,clock_token"
+	want := "clock,clock_console_session,clock_history,clock_instance,clock_lease,clock_quota,clock_setting,clock_shard,clock_token"
 	if got := strings.Join(runTables(t, dsn), ","); got != want {
 		t.Errorf("tables %s, want %s", got, want)
 	}
