@@ -29,7 +29,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "clockd:", err)
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too (a closed terminal, a habit of "reload"): clockd has nothing
+	// to reload, and Go's default for it is to die without a word, leaving
+	// leases held and claimed clocks firing
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "clockd:", err)
@@ -129,6 +132,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)
+	for _, name := range config.UnknownEnv(environ()) {
+		log.Warn("environment variable not understood, ignored (clockd env lists the ones it reads)", "name", name)
+	}
 	// The MySQL driver's own lines ("closing bad idle connection") go
 	// through this logger too (installed in main), not raw to stderr.
 	mysql.SetDriverLogger(log)
@@ -175,3 +181,7 @@ func tuneGC(getenv func(string) string) {
 		debug.SetMemoryLimit(200 << 20)
 	}
 }
+
+// environ is the process's environment: a test replaces it (run itself
+// reads settings through getenv).
+var environ = os.Environ

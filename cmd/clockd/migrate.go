@@ -25,7 +25,16 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, sub strin
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "schema up to date; %d shards\n", n)
+		have, want, err := mysql.SchemaVersions(ctx, db)
+		if err != nil {
+			return err
+		}
+		if have > want {
+			fmt.Fprintf(stdout, "schema at version %d, newer than this clockd's newest migration %d: nothing applied, "+
+				"and this clockd may not work with it; %d shards\n", have, want, n)
+			return nil
+		}
+		fmt.Fprintf(stdout, "schema up to date (version %d); %d shards\n", have, n)
 	case "down":
 		if err := mysql.MigrateDown(ctx, db); err != nil {
 			return err

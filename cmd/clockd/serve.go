@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -60,6 +61,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		if err := mysql.MigrateDSN(ctx, cfg.MySQL.DSN, log); err != nil {
 			return err
 		}
+	}
+	if err := checkSchema(ctx, db, log); err != nil {
+		return err
 	}
 	shards, err := mysql.SetupShards(ctx, db, cfg.Clock.Shards)
 	if err != nil {
@@ -288,4 +292,24 @@ func servePprof(addr string, log *slog.Logger) (func(), error) {
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("pprof serving", "addr", ln.Addr().String())
 	return func() { _ = srv.Close() }, nil
+}
+
+// checkSchema compares the database's schema version with this binary's.
+// Migrations pending (mysql.migrate_on_start off and `clockd migrate` not
+// run): clockd would answer creates and ring nothing, so it refuses to
+// start. A newer schema (this binary rolled back after an upgrade): it
+// starts, since a rollback may be what the operator needs, but says so.
+func checkSchema(ctx context.Context, db *sqlx.DB, log *slog.Logger) error {
+	have, want, err := mysql.SchemaVersions(ctx, db)
+	switch {
+	case err != nil:
+		return err
+	case have < want:
+		return fmt.Errorf("the schema is at version %d and this clockd needs version %d: run `clockd migrate` "+
+			"(mysql.migrate_on_start is off)", have, want)
+	case have > want:
+		log.Error("the schema is newer than this clockd: it was migrated by a later version, and this one may not work with it "+
+			"(see the README on rolling back)", "schema_version", have, "binary_schema_version", want)
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -269,6 +270,12 @@ func Load(path string, getenv func(string) string) (Config, error) {
 		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 			return Config{}, fmt.Errorf("config %s: %w", path, nameKeys(data, err))
 		}
+		// a second document ("---": two files put together) would be
+		// dropped without a word, its overrides with it
+		var more yaml.Node
+		if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+			return Config{}, fmt.Errorf("config %s: holds more than one YAML document (a \"---\" line); put every key in one", path)
+		}
 		if err := wholeNumbers(data); err != nil {
 			return Config{}, fmt.Errorf("config %s: %w", path, err)
 		}
@@ -448,7 +455,10 @@ func lookup(getenv func(string) string, name string) (string, bool) {
 func set(ptr any, v string) error {
 	switch p := ptr.(type) {
 	case *string:
-		*p = v
+		// blanks around a value are never meant: a newline at the end of a
+		// secret mounted from a file, a stray space in a manifest (an
+		// exchange named "clock.ring\n" would be one nobody binds)
+		*p = strings.TrimSpace(v)
 	case *int:
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil {
@@ -471,6 +481,32 @@ func set(ptr any, v string) error {
 		return fmt.Errorf("unsupported type %T", ptr)
 	}
 	return nil
+}
+
+// maxConcurrentRequests bounds http.max_concurrent_requests: the limiter
+// makes channels of 4 times it.
+const maxConcurrentRequests = 1_000_000
+
+// UnknownEnv lists the CLOCKD_* names of environ (os.Environ's form) that
+// no setting reads: a mistyped name (CLOCKD_RETENTON) would otherwise
+// leave its setting at the default without a word. The client tools'
+// names (CLOCKD_ADDR, CLOCKD_TOKEN, CLOCKD_CACERT), CLOCKD_CONFIG and the
+// tests' CLOCKD_TEST_* are known.
+func UnknownEnv(environ []string) []string {
+	known := EnvNames()
+	for _, n := range []string{"CLOCKD_CONFIG", "CLOCKD_ADDR", "CLOCKD_TOKEN", "CLOCKD_CACERT"} {
+		known[n] = ""
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ok := known[name]; ok || !strings.HasPrefix(name, "CLOCKD_") || strings.HasPrefix(name, "CLOCKD_TEST_") {
+			continue
+		}
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Validate checks every key; the error names the first bad one.
@@ -522,6 +558,13 @@ func (c Config) Validate() error {
 	}
 	if c.AMQP.Exchange == "" || len(c.AMQP.Exchange) > 255 {
 		bad("amqp.exchange", "must be 1 to 255 characters")
+	}
+	// a YAML value in quotes keeps its blanks; names never have them
+	for _, f := range []struct{ key, v string }{{"amqp.exchange", c.AMQP.Exchange},
+		{"cluster.instance_id", c.Cluster.InstanceID}, {"auth.admin_token", c.Auth.AdminToken}} {
+		if f.v != strings.TrimSpace(f.v) {
+			bad(f.key, "has blanks around it") // not shown: one is a secret
+		}
 	}
 	if c.AMQP.ConfirmTimeout <= 0 {
 		bad("amqp.confirm_timeout", "must be positive")
@@ -632,8 +675,8 @@ func (c Config) Validate() error {
 	if c.HTTP.MaxHeaderBytes < 4096 || c.HTTP.MaxHeaderBytes > 16<<20 {
 		bad("http.max_header_bytes", "must be between 4096 and 16 MiB, got %d", c.HTTP.MaxHeaderBytes)
 	}
-	if c.HTTP.MaxConcurrentRequests < 1 {
-		bad("http.max_concurrent_requests", "must be at least 1, got %d", c.HTTP.MaxConcurrentRequests)
+	if c.HTTP.MaxConcurrentRequests < 1 || c.HTTP.MaxConcurrentRequests > maxConcurrentRequests {
+		bad("http.max_concurrent_requests", "must be from 1 to %d, got %d", maxConcurrentRequests, c.HTTP.MaxConcurrentRequests)
 	}
 	if c.HTTP.MaxListBytes < 64<<10 {
 		bad("http.max_list_bytes", "must be at least 65536, got %d", c.HTTP.MaxListBytes)

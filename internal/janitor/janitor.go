@@ -598,7 +598,7 @@ func (j *Janitor) Counts() map[alarm.Status]int64 {
 
 var countsDesc = prometheus.NewDesc("clockd_clocks",
 	"Clocks in the clock table per status, counted by the janitor lease holder (only it exports this) at most every 30 s; "+
-		"exact up to 100,000 per status, InnoDB's index estimate above.", []string{"status"}, nil)
+		"exact up to 10,000 per status, InnoDB's index estimate above.", []string{"status"}, nil)
 
 // countsCollector exports clockd_clocks{status} from the holder's counts.
 type countsCollector struct{ j *Janitor }

@@ -98,6 +98,24 @@ func MigrateDown(ctx context.Context, db *sqlx.DB) error {
 	return nil
 }
 
+// SchemaVersions returns the database's schema version (the highest
+// migration applied to it) and the newest migration this binary has.
+// have < want: migrations are pending; have > want: the database was
+// migrated by a newer clockd (a binary rolled back after an upgrade).
+func SchemaVersions(ctx context.Context, db *sqlx.DB) (have, want int64, err error) {
+	p, err := provider(db, slog.New(slog.DiscardHandler), schemaLockWait)
+	if err != nil {
+		return 0, 0, err
+	}
+	if have, err = p.GetDBVersion(ctx); err != nil {
+		return 0, 0, fmt.Errorf("schema version: %w", err)
+	}
+	for _, s := range p.ListSources() {
+		want = max(want, s.Version)
+	}
+	return have, want, nil
+}
+
 // MigrationStatus lists every migration and whether it is applied. It
 // reads without the schema lock.
 func MigrationStatus(ctx context.Context, db *sqlx.DB) ([]*goose.MigrationStatus, error) {

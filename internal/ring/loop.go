@@ -250,6 +250,12 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 	l.m.rings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clockd_rings_total", Help: "Ring attempts by result (rung, unroutable, nacked, timeout, unavailable, error) and clocks expired or dead.",
 	}, []string{"result"})
+	// every result from 0: a series that first appears at 1 has an
+	// increase() of 0, so the first dead clocks of a process would never
+	// fire an alert on increase(clockd_rings_total{result="dead"}[15m])
+	for _, r := range []string{"rung", "unroutable", "nacked", "timeout", "unavailable", "expired", "dead"} {
+		l.m.rings.WithLabelValues(r)
+	}
 	l.m.lateness = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "clockd_ring_lateness_seconds", Help: "Broker confirm time minus ring_at, for first attempts.",
 		Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
