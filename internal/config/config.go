@@ -566,8 +566,10 @@ func (c Config) Validate() error {
 			bad(f.key, "has blanks around it") // not shown: one is a secret
 		}
 	}
-	if c.AMQP.ConfirmTimeout <= 0 {
-		bad("amqp.confirm_timeout", "must be positive")
+	if c.AMQP.ConfirmTimeout < 100*time.Millisecond {
+		// a confirm takes the broker's disk write: less than this would
+		// fail rings a healthy broker took
+		bad("amqp.confirm_timeout", "must be at least 100ms, got %s", c.AMQP.ConfirmTimeout)
 	}
 	if c.Clock.MaxPayloadBytes < 1 || c.Clock.MaxPayloadBytes > 16<<20-1 {
 		bad("clock.max_payload_bytes", "must be between 1 and 16 MiB, got %d", c.Clock.MaxPayloadBytes)

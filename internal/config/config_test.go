@@ -215,6 +215,7 @@ func TestBadValues(t *testing.T) {
 		{"env amqp url without host", "", map[string]string{"CLOCKD_AMQP_URL": "amqp://n1/,amqp:///vhost"}, []string{"amqp.url", "element 2 of 2"}},
 		{"env exchange too long", "", map[string]string{"CLOCKD_EXCHANGE": strings.Repeat("x", 256)}, []string{"amqp.exchange"}},
 		{"env window too short", "", map[string]string{"CLOCKD_PRELOAD_WINDOW": "10ms"}, []string{"preload.window"}},
+		{"env confirm timeout of a nanosecond", "", map[string]string{"CLOCKD_AMQP_CONFIRM_TIMEOUT": "1ns"}, []string{"amqp.confirm_timeout"}},
 		{"env negative window", "", map[string]string{"CLOCKD_PRELOAD_WINDOW": "-1s"}, []string{"preload.window"}},
 		{"env instance id too long", "", map[string]string{"CLOCKD_INSTANCE_ID": strings.Repeat("i", 129)}, []string{"cluster.instance_id"}},
 		{"env retention under the idempotency window", "", map[string]string{"CLOCKD_RETENTION": "5m"}, []string{"janitor.retention", "clock.idempotency_window"}},
