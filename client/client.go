@@ -90,6 +90,14 @@ type Retry struct {
 	// Min up to Max, with jitter. Defaults 100ms and 2s. A 503 carrying
 	// Retry-After waits that long instead (at most Max).
 	Min, Max time.Duration
+	// Timeout bounds one attempt, so that a server or proxy that accepts
+	// the request and never answers does not hold a call without a
+	// context deadline for ever, nor use up a deadline in one attempt.
+	// An attempt cut by it is a network error: repeated when the call is
+	// retried, of unknown outcome (ErrUnavailable) when not. Default 40s
+	// (more than clockd's longest answer: its MySQL request timeout plus
+	// the time to resolve a lost COMMIT).
+	Timeout time.Duration
 }
 
 // Option configures a Client.
@@ -134,6 +142,9 @@ func WithRetry(r Retry) Option {
 		if r.Max > 0 {
 			c.retry.Max = r.Max
 		}
+		if r.Timeout > 0 {
+			c.retry.Timeout = r.Timeout
+		}
 		return nil
 	}
 }
@@ -168,7 +179,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		base:      strings.TrimRight(u.String(), "/"),
 		http:      &http.Client{},
 		userAgent: "clockd-go-client",
-		retry:     Retry{Attempts: 4, Min: 100 * time.Millisecond, Max: 2 * time.Second},
+		retry:     Retry{Attempts: 4, Min: 100 * time.Millisecond, Max: 2 * time.Second, Timeout: 40 * time.Second},
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {
@@ -345,7 +356,9 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 	if payload != nil {
 		body = bytes.NewReader(payload)
 	}
-	req, err := http.NewRequestWithContext(ctx, cl.method, target, body)
+	actx, cancel := context.WithTimeout(ctx, c.retry.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, cl.method, target, body)
 	if err != nil {
 		return 0, nil, 0, fmt.Errorf("%s %s: %w", cl.method, cl.path, err)
 	}
@@ -366,6 +379,9 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		if actx.Err() != nil {
+			err = fmt.Errorf("no answer within %s (Retry.Timeout): %w", c.retry.Timeout, err)
+		}
 		return 0, nil, 0, &netError{fmt.Errorf("%s %s: %w", cl.method, target, err)}
 	}
 	defer resp.Body.Close()
@@ -373,6 +389,9 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 	if err != nil {
 		if ctx.Err() != nil {
 			return resp.StatusCode, nil, 0, cutShort(ctx, cl)
+		}
+		if actx.Err() != nil {
+			err = fmt.Errorf("no answer within %s (Retry.Timeout): %w", c.retry.Timeout, err)
 		}
 		return resp.StatusCode, nil, 0, &netError{fmt.Errorf("%s %s: read answer: %w", cl.method, target, err)}
 	}

@@ -149,3 +149,35 @@ func TestContextEndWithoutAnswer(t *testing.T) {
 		t.Errorf("Cancel whose context had ended was sent %d times", n)
 	}
 }
+
+// TestAttemptTimeout: a server (or a proxy) that takes the request and
+// never answers does not hold a call without a context deadline for ever.
+// Each attempt ends after Retry.Timeout: a create is repeated, then
+// answers ErrUnavailable; a cancel (not repeated) answers ErrUnavailable
+// after one attempt, its outcome unknown.
+func TestAttemptTimeout(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body) // then the server sees the client go
+		<-r.Context().Done()               // never answers
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL, client.WithRetry(client.Retry{Attempts: 3, Min: time.Millisecond, Max: time.Millisecond, Timeout: 200 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, _, err = c.Create(context.Background(), client.NewClock{Application: "order", BusinessID: "t-1", Payload: "{}", Delay: time.Hour})
+	wantErr(t, "Create to a server that never answers", err, client.ErrUnavailable)
+	if n, took := requests.Load(), time.Since(start); n != 3 || took > 5*time.Second {
+		t.Errorf("Create: %d attempts in %v, want 3 of 200 ms each", n, took)
+	}
+	requests.Store(0)
+	_, err = c.Cancel(context.Background(), "order", "t-1")
+	wantErr(t, "Cancel to a server that never answers", err, client.ErrUnavailable)
+	if n := requests.Load(); n != 1 {
+		t.Errorf("Cancel: %d attempts, want 1 (a change is not repeated)", n)
+	}
+}

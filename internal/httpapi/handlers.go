@@ -395,11 +395,15 @@ func (a *api) clusterView(w http.ResponseWriter, r *http.Request) {
 var (
 	addrRE   = regexp.MustCompile(`(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}\b`)
 	quotedRE = regexp.MustCompile(`'[^']*'`)
+	// lookupRE: the host of a failed DNS lookup ("lookup db.internal on
+	// 10.0.0.2:53: no such host") has no port after it
+	lookupRE = regexp.MustCompile(`lookup [^\s:]+`)
 )
 
 // hideAddrs keeps a readiness reason ("dial tcp: connection refused",
 // "Access denied") but not the internal addresses, accounts or names in
 // it: /readyz answers without a token. The log has the whole error.
 func hideAddrs(s string) string {
-	return addrRE.ReplaceAllString(quotedRE.ReplaceAllString(s, "'…'"), "<address>")
+	s = lookupRE.ReplaceAllString(quotedRE.ReplaceAllString(s, "'…'"), "lookup <host>")
+	return addrRE.ReplaceAllString(s, "<address>")
 }
