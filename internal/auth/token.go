@@ -173,12 +173,29 @@ func (a *Authenticator) AuthenticateHash(ctx context.Context, hash [32]byte) (Pr
 	return a.byHash(ctx, hash)
 }
 
+// ErrNeedsLookup: the token is not in the cache, and the context (see
+// CachedOnly) allows no lookup in the store.
+var ErrNeedsLookup = errors.New("the token needs a lookup")
+
+type cachedOnlyKey struct{}
+
+// CachedOnly is ctx for an Authenticate that answers from the cache only:
+// a token it would have to look up gives ErrNeedsLookup (the HTTP layer
+// uses it when as many lookups as requests are under way, so that made-up
+// tokens cannot crowd out the known ones).
+func CachedOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, cachedOnlyKey{}, true)
+}
+
 func (a *Authenticator) byHash(ctx context.Context, hash [32]byte) (Principal, error) {
 	now := a.now()
 	a.mu.RLock()
 	c, hit := a.cache[hash]
 	a.mu.RUnlock()
 	if !hit || now.After(c.expires) {
+		if ctx.Value(cachedOnlyKey{}) != nil {
+			return Principal{}, ErrNeedsLookup
+		}
 		var err error
 		c, err = a.lookup(ctx, hash, now)
 		if err != nil {

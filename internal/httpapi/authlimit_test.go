@@ -54,14 +54,35 @@ func TestConcurrencyCapCoversMadeUpTokens(t *testing.T) {
 	store := mysqlstore.NewStore(db, mysqlstore.StoreConfig{Shards: shards, Logger: log, Registerer: reg})
 	t.Cleanup(store.Close)
 	st := mysqlstore.NewAuthStore(db)
+	au := auth.New(st, auth.Config{Mode: auth.ModeTokens, AdminToken: bootstrapAdmin})
 	const limit = 4
 	h := httpapi.New(httpapi.Options{
-		Service: alarm.NewService(store, nil, time.Now, alarm.Limits{}, 2*time.Second), Logger: log, Registerer: reg,
-		Auth:          auth.New(st, auth.Config{Mode: auth.ModeTokens, AdminToken: bootstrapAdmin}),
+		Service: alarm.NewService(store, nil, time.Now, alarm.Limits{}, 2*time.Second), Logger: log, Registerer: reg, Gatherer: reg,
+		Auth:          au,
 		MaxConcurrent: limit, DBTimeout: 2 * time.Second,
 	})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
+	// a stored admin token, used once: in the cache
+	_, known, err := au.CreateToken(ctx, auth.NewToken{Admin: true, Name: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := func() (int, time.Duration) {
+		req, _ := http.NewRequest("GET", srv.URL+"/metrics", nil) // needs no MySQL
+		req.Header.Set("Authorization", "Bearer "+known)
+		start := time.Now()
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			t.Errorf("GET /metrics: %v", err)
+			return 0, 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode, time.Since(start)
+	}
+	if code, _ := metrics(); code != 200 {
+		t.Fatalf("GET /metrics with a stored admin token: %d", code)
+	}
 
 	proxy.Stall() // MySQL slow: every lookup waits
 
@@ -72,6 +93,14 @@ func TestConcurrencyCapCoversMadeUpTokens(t *testing.T) {
 	}
 	const n = 40
 	var wg sync.WaitGroup
+	// While made-up tokens hold every check slot, a known (cached) token
+	// is still served at once: they do not crowd it out.
+	wg.Go(func() {
+		time.Sleep(300 * time.Millisecond)
+		if code, took := metrics(); code != 200 || took > time.Second {
+			t.Errorf("a cached admin token while made-up ones wait on MySQL: %d after %v, want 200 at once", code, took)
+		}
+	})
 	var mu sync.Mutex
 	held := 0
 	for range n {

@@ -43,16 +43,24 @@ func (a *api) handle(pattern string, need access, h http.HandlerFunc, query ...s
 		if a.auth != nil {
 			// a token not in the cache costs a MySQL lookup, and anyone can
 			// make up well-formed ones: the checks under way are capped as
-			// the requests are, and past the cap answer 503 at once
-			if !a.limit.checkIn() {
+			// the requests are; past the cap a token is taken from the
+			// cache only, and one that needs a lookup answers 503 at once
+			// (known tokens are not crowded out by made-up ones)
+			ctx, cancel := a.bounded(r)
+			slot := a.limit.checkIn()
+			if !slot {
+				ctx = auth.CachedOnly(ctx)
+			}
+			var err error
+			p, err = a.auth.Authenticate(ctx, r.Header.Get("Authorization"))
+			cancel()
+			if slot {
+				a.limit.checkOut()
+			}
+			if errors.Is(err, auth.ErrNeedsLookup) {
 				tooBusy(w, r)
 				return
 			}
-			var err error
-			ctx, cancel := a.bounded(r)
-			p, err = a.auth.Authenticate(ctx, r.Header.Get("Authorization"))
-			cancel()
-			a.limit.checkOut()
 			if err != nil {
 				a.fail(w, r, err)
 				return
