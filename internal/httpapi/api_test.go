@@ -824,6 +824,46 @@ func TestReadyzFloodChecksOnceASecond(t *testing.T) {
 	}
 }
 
+// While a readiness check is slow (a stalled MySQL: up to 3 s), the other
+// probes answer the last result at once instead of queueing behind it.
+func TestReadyzSlowCheckDoesNotHoldOtherProbes(t *testing.T) {
+	t.Parallel()
+	var slow atomic.Bool
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Ready: []httpapi.Check{
+		{Name: "mysql", Check: func(ctx context.Context) error {
+			if slow.Load() {
+				<-ctx.Done() // the 3 s bound
+				return ctx.Err()
+			}
+			return nil
+		}},
+	}}))
+	defer srv.Close()
+	get := func() (int, time.Duration) {
+		start := time.Now()
+		resp, err := srv.Client().Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, time.Since(start)
+	}
+	if code, _ := get(); code != 200 {
+		t.Fatalf("/readyz: %d", code)
+	}
+	slow.Store(true)
+	time.Sleep(1100 * time.Millisecond)
+	first := make(chan int, 1)
+	go func() { code, _ := get(); first <- code }() // runs the slow check
+	time.Sleep(200 * time.Millisecond)
+	if code, took := get(); code != 200 || took > 500*time.Millisecond {
+		t.Errorf("a probe during a slow check: %d after %v, want the last answer (200) at once", code, took)
+	}
+	if code := <-first; code != 503 {
+		t.Errorf("the probe that ran the slow check: %d, want 503", code)
+	}
+}
+
 // TestDatabaseGone: with MySQL unreachable the API answers 503 unavailable
 // (never a 2xx for a change it could not commit) and /readyz says so.
 func TestDatabaseGone(t *testing.T) {

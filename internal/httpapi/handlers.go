@@ -348,29 +348,51 @@ const readyFor = time.Second
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	a.readyMu.Lock()
-	if time.Since(a.readyAt) >= readyFor {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 3*time.Second)
-		checks := map[string]string{}
-		code := http.StatusOK
-		for _, c := range a.ready {
-			if err := c.Check(ctx); err != nil {
-				a.log.Debug("not ready", "check", c.Name, "request_id", requestIDOf(r), "err", err)
-				checks[c.Name] = hideAddrs(err.Error())
-				code = http.StatusServiceUnavailable
-				continue
-			}
-			checks[c.Name] = "ok"
-		}
-		cancel()
-		status := "ok"
-		if code != http.StatusOK {
-			status = "unavailable"
-		}
-		a.readyCode, a.readyBody, a.readyAt = code, map[string]any{"status": status, "checks": checks}, time.Now()
-	}
+	fresh := time.Since(a.readyAt) < readyFor
 	code, body := a.readyCode, a.readyBody
 	a.readyMu.Unlock()
+	if !fresh {
+		// one check at a time; a probe that comes while one runs (a
+		// stalled MySQL: up to 3 s) answers the last result, if any,
+		// rather than wait for it
+		if a.readyRun.TryLock() {
+			code, body = a.runReady(r)
+			a.readyRun.Unlock()
+		} else if body == nil {
+			a.readyRun.Lock()
+			a.readyRun.Unlock()
+			a.readyMu.Lock()
+			code, body = a.readyCode, a.readyBody
+			a.readyMu.Unlock()
+		}
+	}
 	writeJSON(w, code, body)
+}
+
+// runReady runs the readiness checks and keeps their answer.
+func (a *api) runReady(r *http.Request) (int, map[string]any) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 3*time.Second)
+	defer cancel()
+	checks := map[string]string{}
+	code := http.StatusOK
+	for _, c := range a.ready {
+		if err := c.Check(ctx); err != nil {
+			a.log.Debug("not ready", "check", c.Name, "request_id", requestIDOf(r), "err", err)
+			checks[c.Name] = hideAddrs(err.Error())
+			code = http.StatusServiceUnavailable
+			continue
+		}
+		checks[c.Name] = "ok"
+	}
+	status := "ok"
+	if code != http.StatusOK {
+		status = "unavailable"
+	}
+	body := map[string]any{"status": status, "checks": checks}
+	a.readyMu.Lock()
+	a.readyCode, a.readyBody, a.readyAt = code, body, time.Now()
+	a.readyMu.Unlock()
+	return code, body
 }
 
 func (a *api) clusterView(w http.ResponseWriter, r *http.Request) {

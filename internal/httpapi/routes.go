@@ -71,7 +71,9 @@ type api struct {
 	limit   *limiter
 	dbTime  time.Duration
 
-	// the last readiness answer (readyz), reused for readyFor
+	// the last readiness answer (readyz), reused for readyFor; readyRun:
+	// the checks under way
+	readyRun  sync.Mutex
 	readyMu   sync.Mutex
 	readyAt   time.Time
 	readyCode int
