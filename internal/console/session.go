@@ -311,6 +311,13 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, http.StatusServiceUnavailable, "login", v)
 		return
 	}
+	// the session this browser had (a login over it) ends: it would stay
+	// valid, unseen, for the rest of its 12 h
+	if old, ok := sessionID(r); ok {
+		if err := c.sessions.DeleteSession(ctx, sha256.Sum256([]byte(old))); err != nil {
+			c.log.Debug("console login: the previous session was not deleted", "err", err)
+		}
+	}
 	http.SetCookie(w, cookie(r, sessionCookie, id, int(SessionTTL/time.Second)))
 	c.log.Info("console login", "remote", r.RemoteAddr)
 	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)

@@ -77,3 +77,55 @@ func TestLogoutEndsTheSessionOnTheServer(t *testing.T) {
 		t.Errorf("the session cookie from before the logout still opens the console (%d, want 401): logout does not end the session on the server", resp.StatusCode)
 	}
 }
+
+// A login over a session (the same browser logs in again) ends the
+// session it replaces: the old cookie would otherwise stay valid, unseen,
+// for the rest of its 12 h.
+func TestLoginEndsThePreviousSession(t *testing.T) {
+	const secret = "clk_review-admin-token-0123456789abcdefghijkl"
+	con, err := console.New(console.Options{Auth: oneAdmin(secret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	defer srv.Close()
+	first := login(t, srv.URL, secret)
+	// log in again with the first session's cookie in the browser
+	jar, _ := cookiejar.New(nil)
+	u, _ := url.Parse(srv.URL + "/ui/")
+	jar.SetCookies(u, []*http.Cookie{first})
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(srv.URL + "/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrf := formValue(t, readAll(resp), "csrf")
+	resp, err = c.PostForm(srv.URL+"/ui/login", url.Values{"csrf": {csrf}, "token": {secret}, "next": {"/ui/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("second login: %d", resp.StatusCode)
+	}
+	tail := func(ck *http.Cookie) int {
+		req, _ := http.NewRequest("GET", srv.URL+"/ui/tail/events", nil) // 400 (no app) with a session, 401 without
+		req.AddCookie(&http.Cookie{Name: ck.Name, Value: ck.Value})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := tail(first); code != http.StatusUnauthorized {
+		t.Errorf("the session a second login replaced still works: %d, want 401", code)
+	}
+	for _, ck := range jar.Cookies(u) {
+		if ck.Name == "clockd_console" {
+			if code := tail(ck); code != http.StatusBadRequest {
+				t.Errorf("the new session: %d, want 400 (a session, no app)", code)
+			}
+		}
+	}
+}
