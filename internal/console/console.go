@@ -235,6 +235,7 @@ func (c *Console) page(fn pageFunc) http.HandlerFunc {
 		start := time.Now()
 		sess, err := c.session(w, r)
 		if errors.Is(err, errNoSession) {
+			forgetSession(w, r)
 			http.Redirect(w, r, Prefix+"login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
@@ -286,6 +287,7 @@ func (c *Console) action(fn actionFunc) http.HandlerFunc {
 		sess, err := c.session(w, r)
 		v := &view{AuthOn: c.o.Auth != nil, Instance: c.o.InstanceID, Now: c.o.Now().UTC(), Prefix: Prefix}
 		if errors.Is(err, errNoSession) {
+			forgetSession(w, r)
 			v.Title = "Not logged in"
 			c.failStatus(w, v, http.StatusUnauthorized, "Log in with an admin token first.")
 			return

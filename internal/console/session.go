@@ -196,6 +196,14 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) (session, erro
 	return s, nil
 }
 
+// forgetSession asks the browser to drop a session cookie that names no
+// live session (expired, logged out elsewhere, its token revoked).
+func forgetSession(w http.ResponseWriter, r *http.Request) {
+	if _, err := r.Cookie(sessionCookie); err == nil {
+		http.SetCookie(w, cookie(r, sessionCookie, "", -1))
+	}
+}
+
 // sessionID is the session id the request's cookie holds.
 func sessionID(r *http.Request) (string, bool) {
 	ck, err := r.Cookie(sessionCookie)

@@ -121,6 +121,22 @@ func TestLoginEndsThePreviousSession(t *testing.T) {
 	if code := tail(first); code != http.StatusUnauthorized {
 		t.Errorf("the session a second login replaced still works: %d, want 401", code)
 	}
+	// a page asked with the dead session's cookie sends to the login page
+	// and tells the browser to drop that cookie
+	req, _ := http.NewRequest("GET", srv.URL+"/ui/cluster", nil)
+	req.AddCookie(&http.Cookie{Name: first.Name, Value: first.Value})
+	resp, err = (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	dropped := false
+	for _, ck := range resp.Cookies() {
+		dropped = dropped || (ck.Name == "clockd_console" && ck.MaxAge < 0)
+	}
+	if resp.StatusCode != http.StatusSeeOther || !dropped {
+		t.Errorf("a page with a dead session's cookie: %d, cookie dropped %v; want 303 to the login page and the cookie dropped", resp.StatusCode, dropped)
+	}
 	for _, ck := range jar.Cookies(u) {
 		if ck.Name == "clockd_console" {
 			if code := tail(ck); code != http.StatusBadRequest {
