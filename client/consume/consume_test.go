@@ -231,29 +231,22 @@ func sharedQueue(t *testing.T) (string, consume.Queue) {
 // publish sends a ring as clockd would.
 func publish(t *testing.T, url string, q consume.Queue, id, businessID string, extra amqp.Table) {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	h := amqp.Table{"x-clock-application": q.Application, "x-clock-business-id": businessID,
-		"x-clock-ring-at": time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano), "x-clock-attempt": int32(1)}
-	for k, v := range extra {
-		h[k] = v
-	}
-	dc, err := ch.PublishWithDeferredConfirm(q.Exchange, q.Application, true, false, amqp.Publishing{
-		ContentType: "text/plain", DeliveryMode: amqp.Persistent, MessageId: id, Timestamp: time.Now(), Headers: h,
-		Body: []byte("payload of " + businessID)})
-	if err != nil || !dc.Wait() {
-		t.Fatalf("publish: %v", err)
-	}
+	testenv.WithChannel(t, url, func(ch *amqp.Channel) {
+		if err := ch.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+		h := amqp.Table{"x-clock-application": q.Application, "x-clock-business-id": businessID,
+			"x-clock-ring-at": time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano), "x-clock-attempt": int32(1)}
+		for k, v := range extra {
+			h[k] = v
+		}
+		dc, err := ch.PublishWithDeferredConfirm(q.Exchange, q.Application, true, false, amqp.Publishing{
+			ContentType: "text/plain", DeliveryMode: amqp.Persistent, MessageId: id, Timestamp: time.Now(), Headers: h,
+			Body: []byte("payload of " + businessID)})
+		if err != nil || !dc.Wait() {
+			t.Fatalf("publish: %v", err)
+		}
+	})
 }
 
 // TestConsumeRetryDedupDeadLetter: a failing handler's ring comes back
@@ -614,18 +607,11 @@ func TestFailedMoveReconnectsWithoutSpinning(t *testing.T) {
 		return errors.New("downstream unavailable")
 	})
 	waitQueueBound(t, url, q)
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDelete(c.RetryQueue(), false, false, false); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WithChannel(t, url, func(ch *amqp.Channel) {
+		if _, err := ch.QueueDelete(c.RetryQueue(), false, false, false); err != nil {
+			t.Fatal(err)
+		}
+	})
 	publish(t, url, q, "5", "fails", nil)
 	time.Sleep(2 * time.Second)
 	// Once (its move fails), once more after the reconnect (moved), then
@@ -641,11 +627,13 @@ func TestFailedMoveReconnectsWithoutSpinning(t *testing.T) {
 		t.Errorf("the ring after the reconnect: redelivered %v, retries %d; want the same ring delivered again",
 			second.Redelivered, second.Retries)
 	}
-	rq, err := ch.QueueDeclarePassive(c.RetryQueue(), true, false, false, false, nil)
-	if err != nil {
-		t.Fatalf("the delay queue was not declared again: %v", err)
-	}
-	if rq.Messages != 1 {
-		t.Errorf("the delay queue holds %d messages, want the ring", rq.Messages)
-	}
+	testenv.WithChannel(t, url, func(ch *amqp.Channel) {
+		rq, err := ch.QueueDeclarePassive(c.RetryQueue(), true, false, false, false, nil)
+		if err != nil {
+			t.Fatalf("the delay queue was not declared again: %v", err)
+		}
+		if rq.Messages != 1 {
+			t.Errorf("the delay queue holds %d messages, want the ring", rq.Messages)
+		}
+	})
 }

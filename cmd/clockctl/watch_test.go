@@ -35,23 +35,16 @@ func (l *lockedBuffer) String() string {
 // publishRing publishes a message shaped as clockd's rings.
 func publishRing(t *testing.T, url, exchange, app, id string, attempt int32) {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ringAt := time.Now().Add(-5 * time.Millisecond).UTC()
-	if err := ch.PublishWithContext(context.Background(), exchange, app, true, false, amqp.Publishing{
-		ContentType: "application/json", MessageId: "77", Body: []byte(`{"order":` + id + `}`),
-		Headers: amqp.Table{"x-clock-application": app, "x-clock-business-id": id,
-			"x-clock-ring-at": ringAt.Format("2006-01-02T15:04:05.000Z07:00"), "x-clock-attempt": attempt},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WithChannel(t, url, func(ch *amqp.Channel) {
+		if err := ch.PublishWithContext(context.Background(), exchange, app, true, false, amqp.Publishing{
+			ContentType: "application/json", MessageId: "77", Body: []byte(`{"order":` + id + `}`),
+			Headers: amqp.Table{"x-clock-application": app, "x-clock-business-id": id,
+				"x-clock-ring-at": ringAt.Format("2006-01-02T15:04:05.000Z07:00"), "x-clock-attempt": attempt},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // watch prints the rings of the application from a queue of its own: the

@@ -268,8 +268,7 @@ func (c *Console) guard(h http.HandlerFunc) http.HandlerFunc {
 			http.Error(w, "log in first", http.StatusUnauthorized)
 			return
 		case err != nil:
-			c.log.Warn("console: the session's token could not be checked", "path", r.URL.Path, "err", err)
-			http.Error(w, "the session could not be checked: clockd's database is not answering; try again shortly", http.StatusServiceUnavailable)
+			http.Error(w, c.sessionUncheckedMsg(r, err), http.StatusServiceUnavailable)
 			return
 		}
 		h(w, r)
@@ -357,13 +356,15 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, v *view, err erro
 // checked: the token store (MySQL) did not answer. The operator stays
 // logged in; nothing was done.
 func (c *Console) sessionUnchecked(w http.ResponseWriter, r *http.Request, v *view, err error) {
-	if !errors.Is(err, errUnchecked) {
-		err = fmt.Errorf("%w: %w", errUnchecked, err)
-	}
-	c.log.Warn("console: the session's token could not be checked", "path", r.URL.Path, "err", err)
 	v.Title = "Unavailable"
-	c.failStatus(w, v, http.StatusServiceUnavailable,
-		"Your session could not be checked: clockd's database is not answering. Nothing was done; try again shortly.")
+	c.failStatus(w, v, http.StatusServiceUnavailable, c.sessionUncheckedMsg(r, err))
+}
+
+// sessionUncheckedMsg logs a session check that failed on the store and
+// returns what the operator is told.
+func (c *Console) sessionUncheckedMsg(r *http.Request, err error) string {
+	c.log.Warn("console: the session's token could not be checked", "path", r.URL.Path, "err", err)
+	return "Your session could not be checked: clockd's database is not answering. Nothing was done; try again shortly."
 }
 
 func (c *Console) failStatus(w http.ResponseWriter, v *view, code int, msg string) {

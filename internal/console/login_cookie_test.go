@@ -31,12 +31,18 @@ func (a oneAdmin) AuthenticateHash(_ context.Context, hash [32]byte) (auth.Princ
 	return auth.Principal{}, auth.ErrUnauthenticated
 }
 
-// login logs in to the console at base with secret and returns the
-// session cookie.
-func login(t *testing.T, base, secret string) *http.Cookie {
-	t.Helper()
+// cookieClient is a client with a cookie jar that shows redirects instead of
+// following them.
+func cookieClient() *http.Client {
 	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// logIn posts the console's login form at base with secret, as the
+// browser c does, and returns the answer's status and session cookie (nil
+// when it set none).
+func logIn(t *testing.T, c *http.Client, base, secret string) (int, *http.Cookie) {
+	t.Helper()
 	resp, err := c.Get(base + "/ui/login")
 	if err != nil {
 		t.Fatal(err)
@@ -49,11 +55,35 @@ func login(t *testing.T, base, secret string) *http.Cookie {
 	resp.Body.Close()
 	for _, ck := range resp.Cookies() {
 		if ck.Name == "clockd_console" && ck.Value != "" {
-			return ck
+			return resp.StatusCode, ck
 		}
 	}
-	t.Fatalf("login: %d and no session cookie", resp.StatusCode)
-	return nil
+	return resp.StatusCode, nil
+}
+
+// login logs in to the console at base with secret and returns the
+// session cookie.
+func login(t *testing.T, base, secret string) *http.Cookie {
+	t.Helper()
+	code, ck := logIn(t, cookieClient(), base, secret)
+	if ck == nil {
+		t.Fatalf("login: %d and no session cookie", code)
+	}
+	return ck
+}
+
+// tailStatus is the status of the tail's event stream asked without an
+// app with cookie ck: 400 with a session, 401 without one.
+func tailStatus(t *testing.T, base string, ck *http.Cookie) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/ui/tail/events", nil)
+	req.AddCookie(&http.Cookie{Name: ck.Name, Value: ck.Value})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // CLOCKD_ADMIN_TOKEN may be any string of 16 characters or more, and the
@@ -70,25 +100,13 @@ func TestLoginWithAnyBootstrapTokenKeepsTheSession(t *testing.T) {
 	}
 	srv := httptest.NewServer(con)
 	defer srv.Close()
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Get(srv.URL + "/ui/login")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page := readAll(resp)
-	csrf := formValue(t, page, "csrf")
-	resp, err = c.PostForm(srv.URL+"/ui/login", url.Values{"csrf": {csrf}, "token": {secret}, "next": {"/ui/"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("login with the admin token: %d", resp.StatusCode)
+	c := cookieClient()
+	if code, _ := logIn(t, c, srv.URL, secret); code != http.StatusSeeOther {
+		t.Fatalf("login with the admin token: %d", code)
 	}
 	// The tail's event stream needs a session only (no store): 400 for a
 	// missing app with a session, 401 without one.
-	resp, err = c.Get(srv.URL + "/ui/tail/events")
+	resp, err := c.Get(srv.URL + "/ui/tail/events")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,14 +159,23 @@ func nonce(w http.ResponseWriter, r *http.Request) string {
 	if ck, err := r.Cookie(csrfCookie); err == nil && len(ck.Value) >= 32 {
 		return ck.Value
 	}
+	v := randomID()
+	http.SetCookie(w, cookie(r, csrfCookie, v, 0))
+	return v
+}
+
+// randomID is 32 random bytes, base64url: a CSRF nonce or a session id.
+func randomID() string {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err) // crypto/rand does not fail on Linux
 	}
-	v := base64.RawURLEncoding.EncodeToString(b[:])
-	http.SetCookie(w, cookie(r, csrfCookie, v, 0))
-	return v
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
+
+// sessionKey is what a SessionStore keeps a session by: the hash of its
+// id, never the id.
+func sessionKey(id string) [32]byte { return sha256.Sum256([]byte(id)) }
 
 // errNoSession: the request has no session cookie, or one whose session
 // does not exist (logged out, expired) or whose token no longer is a valid
@@ -223,7 +232,7 @@ func sessionID(r *http.Request) (string, bool) {
 func (c *Console) checkSession(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	token, expires, err := c.sessions.Session(ctx, sha256.Sum256([]byte(id)))
+	token, expires, err := c.sessions.Session(ctx, sessionKey(id))
 	switch {
 	case errors.Is(err, alarm.ErrNotFound):
 		return errNoSession
@@ -305,15 +314,11 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, http.StatusUnauthorized, "login", v)
 		return
 	}
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
-	}
-	id := base64.RawURLEncoding.EncodeToString(raw[:])
+	id := randomID()
 	now := c.o.Now()
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if err := c.sessions.CreateSession(ctx, sha256.Sum256([]byte(id)), sha256.Sum256([]byte(token)), now, now.Add(SessionTTL)); err != nil {
+	if err := c.sessions.CreateSession(ctx, sessionKey(id), sha256.Sum256([]byte(token)), now, now.Add(SessionTTL)); err != nil {
 		c.log.Warn("console login: the session could not be stored", "remote", r.RemoteAddr, "err", err)
 		v.Error = "The session could not be opened: clockd's database is not answering. Try again shortly."
 		c.render(w, http.StatusServiceUnavailable, "login", v)
@@ -322,7 +327,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	// the session this browser had (a login over it) ends: it would stay
 	// valid, unseen, for the rest of its 12 h
 	if old, ok := sessionID(r); ok {
-		if err := c.sessions.DeleteSession(ctx, sha256.Sum256([]byte(old))); err != nil {
+		if err := c.sessions.DeleteSession(ctx, sessionKey(old)); err != nil {
 			c.log.Debug("console login: the previous session was not deleted", "err", err)
 		}
 	}
@@ -341,7 +346,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) (string, string
 	if id, ok := sessionID(r); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		if err := c.sessions.DeleteSession(ctx, sha256.Sum256([]byte(id))); err != nil {
+		if err := c.sessions.DeleteSession(ctx, sessionKey(id)); err != nil {
 			return "", "", fmt.Errorf("%w: end the session: %w", alarm.ErrUnavailable, err)
 		}
 	}

@@ -3,7 +3,6 @@ package console_test
 import (
 	"encoding/base64"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -25,24 +24,8 @@ func TestLogoutEndsTheSessionOnTheServer(t *testing.T) {
 	}
 	srv := httptest.NewServer(con)
 	defer srv.Close()
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Get(srv.URL + "/ui/login")
-	if err != nil {
-		t.Fatal(err)
-	}
-	csrf := formValue(t, readAll(resp), "csrf")
-	resp, err = c.PostForm(srv.URL+"/ui/login", url.Values{"csrf": {csrf}, "token": {secret}, "next": {"/ui/"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	var stolen *http.Cookie
-	for _, ck := range resp.Cookies() {
-		if ck.Name == "clockd_console" {
-			stolen = ck
-		}
-	}
+	c := cookieClient()
+	_, stolen := logIn(t, c, srv.URL, secret)
 	if stolen == nil {
 		t.Fatal("no session cookie after login")
 	}
@@ -51,7 +34,7 @@ func TestLogoutEndsTheSessionOnTheServer(t *testing.T) {
 	}
 	// Log out the way the page does, with the session's CSRF token (the
 	// error page of a refused action carries the layout's logout form).
-	resp, err = c.PostForm(srv.URL+"/ui/logout", url.Values{"csrf": {"x"}})
+	resp, err := c.PostForm(srv.URL+"/ui/logout", url.Values{"csrf": {"x"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,17 +47,9 @@ func TestLogoutEndsTheSessionOnTheServer(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("logout: %d", resp.StatusCode)
 	}
-	// The cookie kept from before the logout: the tail's event stream
-	// answers 400 (no app) with a session, 401 without one.
-	req, _ := http.NewRequest("GET", srv.URL+"/ui/tail/events", nil)
-	req.AddCookie(&http.Cookie{Name: stolen.Name, Value: stolen.Value})
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("the session cookie from before the logout still opens the console (%d, want 401): logout does not end the session on the server", resp.StatusCode)
+	// The cookie kept from before the logout.
+	if code := tailStatus(t, srv.URL, stolen); code != http.StatusUnauthorized {
+		t.Errorf("the session cookie from before the logout still opens the console (%d, want 401): logout does not end the session on the server", code)
 	}
 }
 
@@ -91,41 +66,20 @@ func TestLoginEndsThePreviousSession(t *testing.T) {
 	defer srv.Close()
 	first := login(t, srv.URL, secret)
 	// log in again with the first session's cookie in the browser
-	jar, _ := cookiejar.New(nil)
+	c := cookieClient()
 	u, _ := url.Parse(srv.URL + "/ui/")
-	jar.SetCookies(u, []*http.Cookie{first})
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Get(srv.URL + "/ui/login")
-	if err != nil {
-		t.Fatal(err)
+	c.Jar.SetCookies(u, []*http.Cookie{first})
+	if code, _ := logIn(t, c, srv.URL, secret); code != http.StatusSeeOther {
+		t.Fatalf("second login: %d", code)
 	}
-	csrf := formValue(t, readAll(resp), "csrf")
-	resp, err = c.PostForm(srv.URL+"/ui/login", url.Values{"csrf": {csrf}, "token": {secret}, "next": {"/ui/"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("second login: %d", resp.StatusCode)
-	}
-	tail := func(ck *http.Cookie) int {
-		req, _ := http.NewRequest("GET", srv.URL+"/ui/tail/events", nil) // 400 (no app) with a session, 401 without
-		req.AddCookie(&http.Cookie{Name: ck.Name, Value: ck.Value})
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	if code := tail(first); code != http.StatusUnauthorized {
+	if code := tailStatus(t, srv.URL, first); code != http.StatusUnauthorized {
 		t.Errorf("the session a second login replaced still works: %d, want 401", code)
 	}
 	// a page asked with the dead session's cookie sends to the login page
 	// and tells the browser to drop that cookie
 	req, _ := http.NewRequest("GET", srv.URL+"/ui/cluster", nil)
 	req.AddCookie(&http.Cookie{Name: first.Name, Value: first.Value})
-	resp, err = (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	resp, err := cookieClient().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +91,9 @@ func TestLoginEndsThePreviousSession(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || !dropped {
 		t.Errorf("a page with a dead session's cookie: %d, cookie dropped %v; want 303 to the login page and the cookie dropped", resp.StatusCode, dropped)
 	}
-	for _, ck := range jar.Cookies(u) {
+	for _, ck := range c.Jar.Cookies(u) {
 		if ck.Name == "clockd_console" {
-			if code := tail(ck); code != http.StatusBadRequest {
+			if code := tailStatus(t, srv.URL, ck); code != http.StatusBadRequest {
 				t.Errorf("the new session: %d, want 400 (a session, no app)", code)
 			}
 		}

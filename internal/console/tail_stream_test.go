@@ -104,50 +104,37 @@ func openTail(t *testing.T, addr, app, cookie string, small bool) (net.Conn, *bu
 
 func publish(t *testing.T, url, exchange, app string, n int, body []byte) {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if err := ch.PublishWithContext(context.Background(), exchange, app, false, false, amqp.Publishing{
-			MessageId: fmt.Sprint(i + 1), ContentType: "text/plain", Body: body,
-			Headers: amqp.Table{"x-clock-application": app, "x-clock-business-id": fmt.Sprint("b-", i), "x-clock-attempt": int32(1),
-				"x-clock-ring-at": time.Now().UTC().Format(time.RFC3339Nano)},
-		}); err != nil {
-			t.Fatal(err)
+	testenv.WithChannel(t, url, func(ch *amqp.Channel) {
+		for i := range n {
+			if err := ch.PublishWithContext(context.Background(), exchange, app, false, false, amqp.Publishing{
+				MessageId: fmt.Sprint(i + 1), ContentType: "text/plain", Body: body,
+				Headers: amqp.Table{"x-clock-application": app, "x-clock-business-id": fmt.Sprint("b-", i), "x-clock-attempt": int32(1),
+					"x-clock-ring-at": time.Now().UTC().Format(time.RFC3339Nano)},
+			}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
+	})
 }
 
 // queueExists asks the broker whether the named queue is still declared.
-func queueExists(t *testing.T, url, q string) bool {
+func queueExists(t *testing.T, url, q string) (exists bool) {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The queue is exclusive to the tail's connection: another
-	// connection's passive declare answers RESOURCE_LOCKED while it
-	// exists, NOT_FOUND once it is gone.
-	_, err = ch.QueueDeclarePassive(q, false, true, true, false, nil)
-	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-		return false
-	}
-	if err != nil && !(errors.As(err, &ae) && ae.Code == amqp.ResourceLocked) {
-		t.Fatalf("passive declare of %s: %v", q, err)
-	}
-	return true
+	testenv.WithChannel(t, url, func(ch *amqp.Channel) {
+		// The queue is exclusive to the tail's connection: another
+		// connection's passive declare answers RESOURCE_LOCKED while it
+		// exists, NOT_FOUND once it is gone.
+		_, err := ch.QueueDeclarePassive(q, false, true, true, false, nil)
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return
+		}
+		if err != nil && !(errors.As(err, &ae) && ae.Code == amqp.ResourceLocked) {
+			t.Fatalf("passive declare of %s: %v", q, err)
+		}
+		exists = true
+	})
+	return exists
 }
 
 // A client that keeps the tail's connection open but stops reading (a

@@ -47,12 +47,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		w.Header().Set("WWW-Authenticate", challenge)
 	case http.StatusTooManyRequests:
-		var qe *auth.QuotaError
-		if errors.As(err, &qe) {
-			w.Header().Set("Retry-After", retryAfter(qe.RetryAfter))
-		} else {
-			w.Header().Set("Retry-After", "1")
-		}
+		w.Header().Set("Retry-After", retryAfter(retryWait(err)))
 	}
 	writeError(w, code, d)
 }
@@ -75,13 +70,19 @@ func (a *api) itemError(r *http.Request, err error) BatchResult {
 	a.logFailure(r, code, err)
 	res := BatchResult{Status: code, Error: &d}
 	if code == http.StatusTooManyRequests {
-		res.retryAfter = time.Second
-		var qe *auth.QuotaError
-		if errors.As(err, &qe) {
-			res.retryAfter = qe.RetryAfter
-		}
+		res.retryAfter = retryWait(err)
 	}
 	return res
+}
+
+// retryWait is how long a request refused with 429 should wait: the
+// quota's own wait, at least a second.
+func retryWait(err error) time.Duration {
+	var qe *auth.QuotaError
+	if errors.As(err, &qe) {
+		return max(qe.RetryAfter, time.Second)
+	}
+	return time.Second
 }
 
 func requestIDOf(r *http.Request) string {
@@ -223,15 +224,11 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	// items refused over quota: the answer says when to send them again,
 	// as a single create's 429 does
-	var wait time.Duration
-	refused := false
+	var wait time.Duration // > 0: an item was refused
 	for _, res := range results {
-		if res.Status == http.StatusTooManyRequests {
-			refused = true
-			wait = max(wait, res.retryAfter)
-		}
+		wait = max(wait, res.retryAfter)
 	}
-	if refused {
+	if wait > 0 {
 		w.Header().Set("Retry-After", retryAfter(wait))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"results": results})

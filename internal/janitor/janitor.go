@@ -246,14 +246,15 @@ func (j *Janitor) hold(ctx context.Context) bool {
 	held, err := j.store.HoldLease(lctx, LeaseName, j.cfg.InstanceID, j.cfg.LeaseTTL)
 	// one warning when renewals start to fail (an outage of MySQL), one
 	// line when they work again: not one per attempt (every LeaseTTL/3)
+	failing := err != nil && ctx.Err() == nil // not the janitor's own stop
 	j.mu.Lock()
 	was := j.leaseFailing
-	j.leaseFailing = err != nil && ctx.Err() == nil
+	j.leaseFailing = failing
 	j.mu.Unlock()
 	switch {
-	case err != nil && ctx.Err() == nil && !was:
+	case failing && !was:
 		j.log.Warn("janitor lease cannot be renewed; retrying quietly", "err", err)
-	case err != nil && ctx.Err() == nil:
+	case failing:
 		j.log.Debug("janitor lease still cannot be renewed", "err", err)
 	case err == nil && was:
 		j.log.Info("janitor lease renewals work again")

@@ -329,9 +329,8 @@ func commitErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &me) && (me.Number == 1317 || me.Number == 1927 || me.Number == 1053):
-		// interrupted, killed or shut down while committing: the commit
-		// may have been done first; find out
+	case errors.As(err, &me) && interrupted(me.Number):
+		// the commit may have been done first: find out
 		return &unknownError{err: fmt.Errorf("commit: %w", err)}
 	case isServerError(err):
 		return fmt.Errorf("commit: %w", err)

@@ -160,17 +160,23 @@ func refusedForNow(code uint16) bool {
 	switch code {
 	case 1040, // too many connections
 		1044, 1045, // access denied (a rotated password, a revoked grant)
-		1053,       // server shutdown in progress
 		1205, 1213, // lock wait timeout, deadlock (after the retries)
 		1226,             // a user resource limit
 		1290, 1836, 1792, // read-only (a demoted primary), read-only transaction
-		1317,       // query interrupted (KILL QUERY)
-		1927,       // connection killed (MariaDB)
 		1969, 3024, // statement time limits (MariaDB max_statement_time, MySQL max_execution_time)
 		4031: // disconnected by the server (idle timeout, MySQL 8)
 		return true
 	}
-	return false
+	return interrupted(code)
+}
+
+// interrupted: the statement was cut off by the server (KILL QUERY,
+// KILL, shutdown). Before a COMMIT that means not done; during a COMMIT
+// the commit may have been made first (commitErr).
+func interrupted(code uint16) bool {
+	return code == 1317 || // query interrupted
+		code == 1927 || // connection killed (MariaDB)
+		code == 1053 // server shutdown in progress
 }
 
 // isRetryable: a deadlock victim, a lock wait timeout, or a duplicate key

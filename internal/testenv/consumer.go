@@ -30,9 +30,9 @@ type Consumer struct {
 	Reconnects int
 }
 
-// BindQueue declares exchange (direct, durable) and a queue bound to it
-// with key app, deleted when the test ends, without consuming.
-func BindQueue(t testing.TB, url, exchange, app string) string {
+// WithChannel runs fn on a channel of a connection of its own to url,
+// closed when fn returns.
+func WithChannel(t testing.TB, url string, fn func(ch *amqp.Channel)) {
 	t.Helper()
 	conn, err := amqp.Dial(url)
 	if err != nil {
@@ -43,16 +43,25 @@ func BindQueue(t testing.TB, url, exchange, app string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.ExchangeDeclare(exchange, "direct", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	fn(ch)
+}
+
+// BindQueue declares exchange (direct, durable) and a queue bound to it
+// with key app, deleted when the test ends, without consuming.
+func BindQueue(t testing.TB, url, exchange, app string) string {
+	t.Helper()
 	q := Name("q-" + app + "-")
-	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q, app, exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	WithChannel(t, url, func(ch *amqp.Channel) {
+		if err := ch.ExchangeDeclare(exchange, "direct", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.QueueBind(q, app, exchange, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Cleanup(func() {
 		conn, err := amqp.Dial(url)
 		if err != nil {
