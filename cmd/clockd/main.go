@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/clockd/clockd/internal/config"
@@ -47,7 +48,13 @@ Usage:
                                          unless mysql.migrate_on_start is false)
   clockd [-config PATH] migrate [up]     apply the schema and exit
   clockd [-config PATH] migrate status   show applied migrations
-  clockd [-config PATH] migrate down     roll back every migration (drops the tables!)
+  clockd [-config PATH] migrate down [-confirm]
+                                         roll back the newest migration
+  clockd [-config PATH] migrate down-to VERSION [-confirm]
+                                         roll back to VERSION (0 drops every table, with
+                                         every clock); both say what they would roll back
+                                         and change nothing without -confirm, and both
+                                         refuse while clockd instances are live
   clockd [-config PATH] token create --admin
                                          make an admin token on MySQL, without the API
                                          (also: token create -app APP -scopes read,write,
@@ -71,6 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	configPath := fs.String("config", getenv("CLOCKD_CONFIG"), "YAML configuration file")
+	confirm := fs.Bool("confirm", false, "do the rollback that migrate down or down-to describes")
 	parse := func(args []string) error {
 		err := fs.Parse(args)
 		switch {
@@ -89,11 +97,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cmd := "serve"
 	if len(rest) > 0 {
 		cmd, rest = rest[0], rest[1:]
-		// flags may also follow the command
-		if err := parse(rest); err != nil {
-			return noHelpError(err)
+		// flags may also follow the command, and but for token (which
+		// parses its own after its subcommand) its arguments too
+		// (clockd migrate down -confirm)
+		var positional []string
+		for {
+			if err := parse(rest); err != nil {
+				return noHelpError(err)
+			}
+			if rest = fs.Args(); len(rest) == 0 || cmd == "token" {
+				break
+			}
+			positional, rest = append(positional, rest[0]), rest[1:]
 		}
-		rest = fs.Args()
+		rest = append(positional, rest...)
 	}
 	// Arguments are checked before the configuration is loaded and the
 	// database is reached, the same way for every command.
@@ -102,8 +119,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "serve", "env", "help":
 	case "migrate":
 		maxArgs = 1
-		if len(rest) > 0 && !slices.Contains([]string{"up", "status", "down"}, rest[0]) {
-			return fmt.Errorf("unknown migrate command %q (up, status, down)", rest[0])
+		if len(rest) > 0 && !slices.Contains(migrateCommands, rest[0]) {
+			return fmt.Errorf("unknown migrate command %q (%s)", rest[0], strings.Join(migrateCommands, ", "))
+		}
+		if len(rest) > 0 && rest[0] == "down-to" {
+			if len(rest) < 2 {
+				return errors.New("migrate down-to: which version? (clockd migrate status lists them)")
+			}
+			maxArgs = 2
 		}
 	case "token":
 		maxArgs = len(rest) // tokenCommand checks its own
@@ -113,6 +136,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if len(rest) > maxArgs {
 		return fmt.Errorf("%s: unexpected argument %q (see clockd help)", cmd, rest[maxArgs])
+	}
+	if *confirm && (cmd != "migrate" || len(rest) == 0 || !strings.HasPrefix(rest[0], "down")) {
+		return errors.New("-confirm is for clockd migrate down and down-to only")
 	}
 	switch cmd {
 	case "help":
@@ -140,11 +166,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	mysql.SetDriverLogger(log)
 	switch cmd {
 	case "migrate":
-		sub := "up"
-		if len(rest) > 0 {
-			sub = rest[0]
+		if len(rest) == 0 {
+			rest = []string{"up"}
 		}
-		return migrate(ctx, cfg, log, sub, stdout)
+		return migrate(ctx, cfg, log, rest, *confirm, stdout)
 	case "token":
 		return noHelpError(tokenCommand(ctx, cfg, log, rest, stdout, stderr))
 	}

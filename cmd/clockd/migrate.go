@@ -5,12 +5,21 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
 
 	"github.com/clockd/clockd/internal/config"
 	"github.com/clockd/clockd/internal/mysql"
 )
 
-func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, sub string, stdout io.Writer) error {
+// migrateCommands are the subcommands of clockd migrate.
+var migrateCommands = []string{"up", "status", "down", "down-to"}
+
+func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, confirm bool, stdout io.Writer) error {
+	sub := args[0]
 	db, err := mysql.Open(ctx, cfg.MySQL.DSN, 4)
 	if err != nil {
 		return err
@@ -35,11 +44,8 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, sub strin
 			return nil
 		}
 		fmt.Fprintf(stdout, "schema up to date (version %d); %d shards\n", have, n)
-	case "down":
-		if err := mysql.MigrateDown(ctx, db); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "all migrations rolled back")
+	case "down", "down-to":
+		return migrateDown(ctx, db, args, confirm, stdout)
 	case "status":
 		st, err := mysql.MigrationStatus(ctx, db)
 		if err != nil {
@@ -49,7 +55,72 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, sub strin
 			fmt.Fprintf(stdout, "%05d %-8s %s\n", s.Source.Version, s.State, s.Source.Path)
 		}
 	default:
-		return fmt.Errorf("unknown migrate command %q (up, status, down)", sub)
+		return fmt.Errorf("unknown migrate command %q (%s)", sub, strings.Join(migrateCommands, ", "))
 	}
+	return nil
+}
+
+// migrateDown rolls the schema back: one migration (down) or to a version
+// (down-to VERSION). A rollback drops what its migrations added, with the
+// data in it, and a clockd running on a schema rolled back under it fails;
+// so it is refused while instances are live, and without -confirm it only
+// says what it would do.
+func migrateDown(ctx context.Context, db *sqlx.DB, args []string, confirm bool, stdout io.Writer) error {
+	applied, err := mysql.AppliedVersions(ctx, db)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(stdout, "no migration is applied: nothing to roll back")
+		return nil
+	}
+	current := applied[len(applied)-1]
+	var target int64
+	if args[0] == "down" {
+		if len(applied) > 1 {
+			target = applied[len(applied)-2]
+		}
+	} else {
+		v, err := strconv.ParseInt(args[1], 10, 64)
+		if err != nil || v < 0 || args[1] != strconv.FormatInt(v, 10) {
+			return fmt.Errorf("migrate down-to: version %q is not a migration number such as 13 (clockd migrate status lists them)", args[1])
+		}
+		if v >= current {
+			fmt.Fprintf(stdout, "schema at version %d: nothing to roll back to version %d\n", current, v)
+			return nil
+		}
+		target = v
+	}
+	var undone []string
+	for _, v := range slices.Backward(applied) {
+		if v > target {
+			undone = append(undone, fmt.Sprintf("%05d", v))
+		}
+	}
+	live, err := mysql.LiveInstances(ctx, db)
+	if err != nil {
+		return err
+	}
+	if len(live) > 0 {
+		return fmt.Errorf("migrate %s refused: %d clockd instance(s) are live on this database (%s); stop them first "+
+			"(a clockd whose schema is rolled back under it fails); nothing was changed", args[0], len(live), strings.Join(live, ", "))
+	}
+	what := fmt.Sprintf("roll back %s (schema version %d -> %d)", strings.Join(undone, ", "), current, target)
+	if target == 0 {
+		what += ", dropping every table of clockd: every clock, its history and every token"
+	} else {
+		what += ", dropping what those migrations added, with the data in it"
+	}
+	if !confirm {
+		return fmt.Errorf("migrate %s would %s; nothing was changed: run it again with -confirm to do it", args[0], what)
+	}
+	res, err := mysql.MigrateDownTo(ctx, db, target)
+	for _, r := range res {
+		fmt.Fprintf(stdout, "rolled back %s\n", r.Source.Path)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "schema now at version %d\n", target)
 	return nil
 }

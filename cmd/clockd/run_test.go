@@ -74,8 +74,8 @@ func TestMigrateCommand(t *testing.T) {
 	if out := migrate("up"); !strings.Contains(out, "4 shards") { // again: nothing to do
 		t.Errorf("second migrate said %q", out)
 	}
-	if out := migrate("down"); !strings.Contains(out, "rolled back") {
-		t.Errorf("migrate down said %q", out)
+	if out := migrate("down-to", "0", "-confirm"); !strings.Contains(out, "rolled back") || !strings.Contains(out, "version 0") {
+		t.Errorf("migrate down-to 0 -confirm said %q", out)
 	}
 	if got := runTables(t, dsn); len(got) != 0 {
 		t.Errorf("tables after down: %v", got)
@@ -294,6 +294,8 @@ func TestArgumentsAndHelp(t *testing.T) {
 	env := runEnvOf(map[string]string{"CLOCKD_MYSQL_DSN": "root:@tcp(127.0.0.1:1)/clock"})
 	for _, args := range [][]string{
 		{"serve", "extra"}, {"extra"}, {"migrate", "status", "extra"}, {"migrate", "up", "extra"}, {"migrate", "down", "extra"},
+		{"migrate", "down-to"}, {"migrate", "down-to", "3", "extra"}, {"migrate", "up", "-confirm"}, {"migrate", "-confirm"},
+		{"serve", "-confirm"},
 		{"migrate", "sideways"}, {"env", "extra"}, {"help", "extra"}, {"migrate", "status", "-config", "x.yaml"},
 	} {
 		var stdout, stderr bytes.Buffer

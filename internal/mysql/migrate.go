@@ -86,16 +86,51 @@ func migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.Durat
 	return nil
 }
 
-// MigrateDown rolls back every migration (used by tests and operators).
+// MigrateDown rolls back every migration, dropping every table (tests).
 func MigrateDown(ctx context.Context, db *sqlx.DB) error {
+	_, err := MigrateDownTo(ctx, db, 0)
+	return err
+}
+
+// MigrateDownTo rolls the schema back to version (0: every migration, which
+// drops every table) and returns the migrations rolled back, newest first.
+func MigrateDownTo(ctx context.Context, db *sqlx.DB, version int64) ([]*goose.MigrationResult, error) {
 	p, err := provider(db, slog.New(slog.DiscardHandler), schemaLockWait)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := p.DownTo(ctx, 0); err != nil {
-		return fmt.Errorf("migrate down: %w", err)
+	res, err := p.DownTo(ctx, version)
+	if err != nil {
+		return nil, fmt.Errorf("migrate down: %w", err)
 	}
-	return nil
+	return res, nil
+}
+
+// AppliedVersions lists the migrations applied to the database, oldest
+// first. It reads without the schema lock.
+func AppliedVersions(ctx context.Context, db *sqlx.DB) ([]int64, error) {
+	st, err := MigrationStatus(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	var out []int64
+	for _, s := range st {
+		if s.State == goose.StateApplied {
+			out = append(out, s.Source.Version)
+		}
+	}
+	return out, nil
+}
+
+// LiveInstances lists, sorted, the clockd instances whose heartbeat in
+// clock_instance has not expired (none when the table does not exist).
+func LiveInstances(ctx context.Context, db *sqlx.DB) ([]string, error) {
+	var ids []string
+	err := db.SelectContext(ctx, &ids, "SELECT instance_id FROM clock_instance WHERE expires_at > "+dbNowMS+" ORDER BY instance_id")
+	if err != nil && !isNoSuchTable(err) {
+		return nil, fmt.Errorf("live instances: %w", mapErr(err))
+	}
+	return ids, nil
 }
 
 // SchemaVersions returns the database's schema version (the highest

@@ -16,6 +16,7 @@ const (
 	errDeadlock     = 1213 // ER_LOCK_DEADLOCK: chosen as deadlock victim, rolled back
 	errLockWait     = 1205 // ER_LOCK_WAIT_TIMEOUT: the statement was rolled back
 	errDuplicateKey = 1062 // ER_DUP_ENTRY
+	errNoSuchTable  = 1146 // ER_NO_SUCH_TABLE
 )
 
 // lockRetries bounds how often a deadlock or lock-wait victim runs again.
@@ -29,6 +30,11 @@ func isLockConflict(err error) bool {
 func isDuplicate(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == errDuplicateKey
+}
+
+func isNoSuchTable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == errNoSuchTable
 }
 
 // isServerError: MySQL answered with an error, so the statement (or the
