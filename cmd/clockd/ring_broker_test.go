@@ -95,6 +95,22 @@ func TestReadyzBrokerUnreachable(t *testing.T) {
 	}
 }
 
+// amqpViaProxy is the AMQP URL url with its host:port replaced by addr.
+func amqpViaProxy(t *testing.T, url, addr string) string {
+	t.Helper()
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri.Host = host
+	uri.Port, _ = strconv.Atoi(port)
+	return uri.String()
+}
+
 // amqpHostPort is the host:port of an AMQP URL.
 func amqpHostPort(t *testing.T, url string) string {
 	t.Helper()

@@ -322,7 +322,17 @@ func (p *Publisher) publishBatch(ctx context.Context, msgs []Message, at []time.
 		select {
 		case <-b.done:
 		case <-t.C:
-			l.abandon(b, fmt.Errorf("%w after %s", ErrTimeout, p.cfg.ConfirmTimeout))
+			err := fmt.Errorf("%w after %s", ErrTimeout, p.cfg.ConfirmTimeout)
+			l.abandon(b, err)
+			// No confirm for that long on a connection the broker did not
+			// block: the link is as good as dead (a stall, a hung node).
+			// Reconnect, so that Ready fails and no more clocks are claimed
+			// and published into it meanwhile. (A blocked connection is
+			// kept: a new one would be blocked again at its first publish,
+			// each time at the cost of an attempt.)
+			if s.blockedReason() == "" {
+				s.kill(err)
+			}
 		case <-ctx.Done():
 			l.abandon(b, ctxError(ctx.Err()))
 		}

@@ -139,6 +139,13 @@ func (n *RabbitNode) waitAMQP(limit time.Duration) {
 }
 
 // ctl runs rabbitmqctl against this node.
+// Ctl runs rabbitmqctl against this node, for example
+// set_vm_memory_high_watermark to raise a resource alarm.
+func (n *RabbitNode) Ctl(args ...string) string {
+	n.t.Helper()
+	return n.ctl(args...)
+}
+
 func (n *RabbitNode) ctl(args ...string) string {
 	n.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clockd/clockd/internal/testenv"
+)
+
+// The link to RabbitMQ stalls for 12 s (a proxy that forwards nothing
+// either way: a network partition, a hung node) while clocks with
+// max_attempts 2 come due, then recovers. Before, clockd noticed nothing
+// until amqp091's heartbeat gave up (about 16 s): /readyz stayed 200,
+// nothing was logged, and it kept claiming clocks and publishing them into
+// the silent connection, each confirm wait a failed attempt, so every
+// clock was dead before the stall ended — and was delivered when the link
+// came back. Now a confirm timeout on a connection the broker did not
+// block ends the connection: clockd reconnects, says so, stops claiming,
+// and the clocks ring once the link is back, having lost at most the one
+// attempt that may have reached the broker.
+func TestBrokerStallDoesNotKillClocks(t *testing.T) {
+	e := newEnv(t)
+	e.AMQP = testenv.Vhost(t)
+	proxy := testenv.StartProxy(t, amqpHostPort(t, e.AMQP))
+	d := testenv.StartClockd(t, e.vars(map[string]string{"CLOCKD_AMQP_URL": amqpViaProxy(t, e.AMQP, proxy.Addr),
+		"CLOCKD_LEASE_TTL": "10s", "CLOCKD_AMQP_CONFIRM_TIMEOUT": "2s"}))
+	cons := testenv.Consume(t, e.AMQP, e.Exchange, "stall")
+
+	warm := postClocks(t, d, spreadSpecs("stall", "warm", 1, time.Now().Add(300*time.Millisecond), time.Millisecond))
+	if !waitReceived(cons, warm, 10*time.Second) {
+		t.Fatal("warm-up clock did not ring")
+	}
+	proxy.Stall()
+	stallAt := time.Now()
+	specs := spreadSpecs("stall", "s", 10, time.Now().Add(time.Second), 3*time.Second)
+	for i := range specs {
+		specs[i].Extra = map[string]any{"max_attempts": 2}
+	}
+	clocks := postClocks(t, d, specs)
+	unready := 0
+	for time.Since(stallAt) < 12*time.Second {
+		if code, _ := d.Ready(); code == http.StatusServiceUnavailable {
+			unready++
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if unready == 0 {
+		t.Error("/readyz answered 200 throughout a 12 s stall of the broker link")
+	}
+	if !strings.Contains(d.Logs(), "confirm timeout") {
+		t.Errorf("nothing logged about the stall; logs:\n%s", d.Logs())
+	}
+	proxy.Resume()
+	if !waitReceived(cons, clocks, 30*time.Second) {
+		t.Errorf("%d of %d clocks never rang after the link came back", len(judge(cons, clocks).missing()), len(clocks))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range clocks {
+		for {
+			g := getClock(t, d, "stall", c.BusinessID)
+			if g.Status == "rung" {
+				break
+			}
+			if g.Status != "pending" && g.Status != "firing" || time.Now().After(deadline) {
+				t.Errorf("%s after a 12 s stall of the broker link (max_attempts 2): %s, attempts %d, last error %v",
+					c.BusinessID, g.Status, g.Attempts, g.LastError)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// A RabbitMQ memory alarm on a private node while clocks come due: the
+// broker blocks clockd's publishing connection. Nothing reaches a queue
+// while it lasts, so no clock may become dead or burn attempts for it,
+// clockd says so (/readyz 503, one WARN), and once the alarm clears every
+// clock rings promptly. It guards the stall's fix: a connection blocked by
+// the broker is kept, since a new one would be blocked again at its first
+// publish, each time at the cost of an attempt.
+func TestBrokerMemoryAlarmBurnsNoAttempts(t *testing.T) {
+	node := testenv.StartRabbitNode(t)
+	e := newEnv(t)
+	e.AMQP = node.URL()
+	d := testenv.StartClockd(t, e.vars(map[string]string{"CLOCKD_RETRY_MIN": "200ms", "CLOCKD_RETRY_MAX": "1s"}))
+	cons := testenv.Consume(t, e.AMQP, e.Exchange, "alarm")
+
+	warm := postClocks(t, d, spreadSpecs("alarm", "warm", 1, time.Now().Add(300*time.Millisecond), time.Millisecond))
+	if !waitReceived(cons, warm, 10*time.Second) {
+		t.Fatal("warm-up clock did not ring")
+	}
+	node.Ctl("set_vm_memory_high_watermark", "0.0000001")
+	time.Sleep(2 * time.Second) // the alarm takes effect
+	specs := spreadSpecs("alarm", "a", 20, time.Now().Add(time.Second), 2*time.Second)
+	for i := range specs {
+		specs[i].Extra = map[string]any{"max_attempts": 3}
+	}
+	clocks := postClocks(t, d, specs)
+	time.Sleep(15 * time.Second)
+
+	if code, body := d.Ready(); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz during a memory alarm with rings blocked: %d %s, want 503", code, body)
+	}
+	for _, c := range clocks {
+		g := getClock(t, d, "alarm", c.BusinessID)
+		if g.Status != "pending" && g.Status != "firing" || g.Attempts > 1 {
+			t.Errorf("%s during the alarm: %s, attempts %d: the block burns attempts", c.BusinessID, g.Status, g.Attempts)
+		}
+	}
+	if n := strings.Count(d.Logs(), "rabbitmq connection blocked by broker"); n != 1 {
+		t.Errorf("%d WARN lines about the blocked connection, want 1", n)
+	}
+
+	node.Ctl("set_vm_memory_high_watermark", "0.4")
+	if !waitReceived(cons, clocks, 30*time.Second) {
+		t.Errorf("after the alarm cleared, %d of %d rang within 30 s", cons.Distinct()-1, len(clocks))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range clocks {
+		for {
+			g := getClock(t, d, "alarm", c.BusinessID)
+			if g.Status == "rung" {
+				break
+			}
+			if g.Status != "pending" && g.Status != "firing" || time.Now().After(deadline) {
+				t.Errorf("%s after the alarm: %s, attempts %d, last error %v", c.BusinessID, g.Status, g.Attempts, g.LastError)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
