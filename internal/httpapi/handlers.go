@@ -38,7 +38,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	code, d := publicDetail(r, err)
-	a.logFailure(r, code, err)
+	a.logFailure(r, code, d.Code, err)
 	switch code {
 	case http.StatusUnauthorized:
 		challenge := `Bearer realm="clockd"`
@@ -52,9 +52,46 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, code, d)
 }
 
-func (a *api) logFailure(r *http.Request, code int, err error) {
-	if code >= 500 {
-		a.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", code, "request_id", requestIDOf(r), "err", err)
+// failureLogEvery is how often a request failure of one kind (route,
+// status and error code) is logged at WARN: during an outage every request
+// fails alike, and one line in so many seconds, with the count of those
+// held back, says as much as thousands.
+const failureLogEvery = 10 * time.Second
+
+// logFailure logs a request answered 5xx (with attrs): at WARN at most
+// once per failureLogEvery for each route, status and error code, the
+// others at DEBUG (where a request id can still be traced).
+func (a *api) logFailure(r *http.Request, code int, errCode string, err error, attrs ...any) {
+	if code < 500 {
+		return
+	}
+	args := []any{"method", r.Method, "path", r.URL.Path, "status", code, "request_id", requestIDOf(r), "err", err}
+	ok, heldBack := a.failLog.Allow(r.Method+" "+r.Pattern+" "+strconv.Itoa(code)+" "+errCode, 1)
+	if !ok {
+		a.log.Debug("request failed", append(args, attrs...)...)
+		return
+	}
+	if heldBack > 0 {
+		args = append(args, "like_failures_not_logged", heldBack)
+	}
+	a.log.Warn("request failed", append(args, attrs...)...)
+}
+
+// logBatchFailures logs the items of a batch answered 5xx as one failure:
+// the first one's error, and how many failed.
+func (a *api) logBatchFailures(r *http.Request, results []BatchResult) {
+	failed, first := 0, -1
+	for i, res := range results {
+		if res.failure != nil {
+			failed++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if failed > 0 {
+		res := results[first]
+		a.logFailure(r, res.Status, res.Error.Code, res.failure, "items_failed", failed, "items", len(results), "first_failed_item", first)
 	}
 }
 
@@ -67,8 +104,10 @@ func (a *api) itemError(r *http.Request, err error) BatchResult {
 		return BatchResult{Status: 499, Error: &ErrorDetail{"unavailable", "the client went away"}}
 	}
 	code, d := publicDetail(r, err)
-	a.logFailure(r, code, err)
 	res := BatchResult{Status: code, Error: &d}
+	if code >= 500 {
+		res.failure = err
+	}
 	if code == http.StatusTooManyRequests {
 		res.retryAfter = retryWait(err)
 	}
@@ -231,6 +270,7 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 	if wait > 0 {
 		w.Header().Set("Retry-After", retryAfter(wait))
 	}
+	a.logBatchFailures(r, results)
 	writeJSON(w, http.StatusOK, map[string]any{"results": results})
 }
 

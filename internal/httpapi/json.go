@@ -97,6 +97,9 @@ type BatchResult struct {
 	// retryAfter is how long a 429 item should wait: the batch answer's
 	// Retry-After is the longest of its items'.
 	retryAfter time.Duration
+	// failure is the error of an item answered 5xx, logged once for the
+	// whole batch
+	failure error
 }
 
 // ClusterView is the JSON of GET /v1/cluster: who holds which shard, until

@@ -14,6 +14,7 @@ import (
 
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/auth"
+	"github.com/clockd/clockd/internal/lograte"
 )
 
 // Check is one readiness probe; nil means healthy.
@@ -70,6 +71,7 @@ type api struct {
 	mux     *http.ServeMux
 	limit   *limiter
 	dbTime  time.Duration
+	failLog *lograte.Limiter
 
 	// the last readiness answer (readyz), reused for readyFor; readyRun:
 	// the checks under way
@@ -93,7 +95,8 @@ func New(o Options) http.Handler {
 	}
 	a := &api{svc: o.Service, log: o.Logger, maxBody: o.MaxBodyBytes, maxList: o.MaxListBytes, ready: o.Ready,
 		cluster: o.Cluster, auth: o.Auth, quotas: o.Quotas, mux: http.NewServeMux(), limit: newLimiter(o.MaxConcurrent, o.MaxBodyBytes),
-		dbTime: o.DBTimeout}
+		failLog: lograte.New(failureLogEvery, time.Now),
+		dbTime:  o.DBTimeout}
 	if a.dbTime <= 0 {
 		a.dbTime = alarm.DefaultTimeout
 	}

@@ -240,7 +240,10 @@ func (s *Store) commitBatch(wc *writerConn, batch []item) {
 	}
 	if err != nil {
 		if ctx.Err() == nil || !errors.Is(err, alarm.ErrUnavailable) {
-			s.log.Warn("create batch failed", "rows", len(batch), "err", err)
+			// at most one line per 10 s for failures of one kind
+			if ok, heldBack := s.failLog.Allow(errKind(err), 1); ok {
+				s.log.Warn("create batch failed", "rows", len(batch), "err", err, "like_failures_not_logged", heldBack)
+			}
 		}
 		err = mapErr(err)
 		for _, it := range batch {
@@ -664,4 +667,18 @@ func (s *Store) resolveCreate(ctx context.Context, batch []item, token int64) ([
 		}
 	}
 	return out, true, nil
+}
+
+// errKind names the kind of a failed write for holding back repeated
+// warnings: MySQL's error number, or "unavailable" for a connection that
+// failed, or "other".
+func errKind(err error) string {
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me):
+		return "mysql " + strconv.Itoa(int(me.Number))
+	case errors.Is(mapErr(err), alarm.ErrUnavailable):
+		return "unavailable"
+	}
+	return "other"
 }

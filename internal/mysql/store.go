@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/lograte"
 )
 
 const clockCols = `id, application, business_id, shard, status, payload, content_type, target_ring_at,
@@ -142,10 +143,13 @@ const DefaultIdempotencyWindow = 10 * time.Minute
 // with a random op_token, so that a change whose COMMIT answer was lost can
 // be recognised when the row is read again.
 type Store struct {
-	db   *sqlx.DB
-	cfg  StoreConfig
-	log  *slog.Logger
-	reqs chan *createReq
+	db  *sqlx.DB
+	cfg StoreConfig
+	log *slog.Logger
+	// failLog holds back repeats of the group commit's warning: during an
+	// outage every batch fails alike
+	failLog *lograte.Limiter
+	reqs    chan *createReq
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -232,7 +236,7 @@ func NewStore(db *sqlx.DB, cfg StoreConfig) *Store {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		db: db, cfg: cfg, log: cfg.Logger,
+		db: db, cfg: cfg, log: cfg.Logger, failLog: lograte.New(10*time.Second, time.Now),
 		reqs:      make(chan *createReq),
 		stop:      make(chan struct{}),
 		gathering: make(chan struct{}, 1), committed: make(chan struct{}, cfg.Writers),

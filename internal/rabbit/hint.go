@@ -16,6 +16,7 @@ import (
 
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/backoff"
+	"github.com/clockd/clockd/internal/lograte"
 )
 
 // Hints tell the owner of a shard, at once, about a clock created or moved
@@ -36,7 +37,7 @@ type Hints struct {
 	retry          backoff.Policy
 	maxPending     int
 	dropped        *prometheus.CounterVec
-	dropLog        *logLimiter
+	dropLog        *lograte.Limiter
 
 	mu      sync.Mutex
 	pending []alarm.Due
@@ -97,7 +98,7 @@ func NewHints(cfg HintConfig) *Hints {
 		onUndelivered: cfg.OnUndelivered, onConnected: cfg.OnConnected, asks: map[int]struct{}{}, askSignal: make(chan struct{}, 1),
 		retry:      backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		maxPending: maxPendingHints,
-		dropLog:    newLogLimiter(dropLogEvery, time.Now),
+		dropLog:    lograte.New(dropLogEvery, time.Now),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clockd_hints_dropped_total",
 			Help: "Hints (a clock due soon, for the owner of its shard) dropped, by reason: queue_full, not_sent, shutdown, malformed. A dropped hint costs punctuality only: its shard's owner is asked to rescan the shard (OnUndelivered), or finds the clock at its next full rescan.",
@@ -127,7 +128,7 @@ func (h *Hints) drop(reason string, n int, err error) {
 		return
 	}
 	h.dropped.WithLabelValues(reason).Add(float64(n))
-	ok, heldBack := h.dropLog.allow(reason, n)
+	ok, heldBack := h.dropLog.Allow(reason, n)
 	if !ok {
 		return
 	}
@@ -201,7 +202,7 @@ func (h *Hints) askLoop(ctx context.Context) {
 		err := h.onUndelivered(actx, shards)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			if ok, _ := h.dropLog.allow("ask", 1); ok {
+			if ok, _ := h.dropLog.Allow("ask", 1); ok {
 				h.log.Warn("hints not sent, and the owners not asked to rescan: their clocks ring at the owners' next full rescan",
 					"shards", shards, "err", err)
 			}

@@ -228,7 +228,7 @@ func (l *lane) onReturn(r *amqp.Return) {
 // without this line a forgotten `clockctl bind` shows only as clocks that
 // retry and never ring.
 func (p *Publisher) warnUnroutable(app string) {
-	ok, suppressed := p.unroutable.allow(app, 1)
+	ok, suppressed := p.unroutable.Allow(app, 1)
 	if !ok {
 		return
 	}

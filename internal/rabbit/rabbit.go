@@ -19,6 +19,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/clockd/clockd/internal/backoff"
+	"github.com/clockd/clockd/internal/lograte"
 )
 
 // Message is one ring.
@@ -117,7 +118,7 @@ type Publisher struct {
 
 	// unroutable holds back repeated warnings about an application whose
 	// rings no queue takes.
-	unroutable *logLimiter
+	unroutable *lograte.Limiter
 
 	urls []string // the nodes, tried in turn from the first
 
@@ -197,7 +198,7 @@ func New(cfg Config) (*Publisher, error) {
 		log:             cfg.Logger.With("component", "rabbit"),
 		metrics:         m,
 		retry:           backoff.Policy{Min: cfg.ReconnectMin, Max: cfg.ReconnectMax},
-		unroutable:      newLogLimiter(unroutableLogEvery, cfg.Now),
+		unroutable:      lograte.New(unroutableLogEvery, cfg.Now),
 		readyCh:         make(chan struct{}),
 		status:          errors.New("rabbitmq: not connected yet"),
 		errNotConnected: fmt.Errorf("%w: %w", ErrUnavailable, ErrNotSent),

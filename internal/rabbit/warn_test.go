@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/lograte"
 )
 
 // logBuffer collects JSON log lines; safe for concurrent writers.
@@ -156,7 +157,7 @@ func TestHintDropsAreCountedAndLogged(t *testing.T) {
 	h := NewHints(HintConfig{URL: "amqp://guest:guest@127.0.0.1:1/", Exchange: "x", InstanceID: "me",
 		Logger: logs.logger(), Registerer: reg, OnHint: func(d alarm.Due) { got = append(got, d) }})
 	h.maxPending = 10
-	h.dropLog = newLogLimiter(dropLogEvery, clock.now)
+	h.dropLog = lograte.New(dropLogEvery, clock.now)
 	due := func(n int) []alarm.Due {
 		ds := make([]alarm.Due, n)
 		for i := range ds {

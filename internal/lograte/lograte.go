@@ -1,15 +1,15 @@
-package rabbit
+package lograte
 
 import (
 	"sync"
 	"time"
 )
 
-// logLimiter lets one log line per key through per interval and counts the
+// Limiter lets one log line per key through per interval and counts the
 // ones it holds back, so that a condition that repeats thousands of times a
 // second (every ring of an application without a queue) is visible in the
 // logs without flooding them.
-type logLimiter struct {
+type Limiter struct {
 	every time.Duration
 	now   func() time.Time
 
@@ -26,17 +26,17 @@ type limitState struct {
 // our control (application names).
 const maxLimiterKeys = 4096
 
-func newLogLimiter(every time.Duration, now func() time.Time) *logLimiter {
+func New(every time.Duration, now func() time.Time) *Limiter {
 	if now == nil {
 		now = time.Now
 	}
-	return &logLimiter{every: every, now: now, keys: map[string]*limitState{}}
+	return &Limiter{every: every, now: now, keys: map[string]*limitState{}}
 }
 
-// allow is asked about n more events of key; it reports whether a line for
+// Allow is asked about n more events of key; it reports whether a line for
 // key may be logged now and, when it may, how many events of key were held
 // back since the last line.
-func (l *logLimiter) allow(key string, n int) (ok bool, heldBack int) {
+func (l *Limiter) Allow(key string, n int) (ok bool, heldBack int) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()

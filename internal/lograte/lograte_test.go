@@ -1,4 +1,4 @@
-package rabbit
+package lograte
 
 import (
 	"strconv"
@@ -9,7 +9,7 @@ import (
 func TestLogLimiter(t *testing.T) {
 	t.Parallel()
 	clock := &fakeNow{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	l := newLogLimiter(time.Minute, clock.now)
+	l := New(time.Minute, clock.now)
 	type step struct {
 		advance    time.Duration
 		key        string
@@ -29,7 +29,7 @@ func TestLogLimiter(t *testing.T) {
 	}
 	for i, s := range steps {
 		clock.add(s.advance)
-		ok, n := l.allow(s.key, 1)
+		ok, n := l.Allow(s.key, 1)
 		if ok != s.ok || n != s.suppressed {
 			t.Errorf("step %d (%s): allow = %v, %d; want %v, %d", i, s.key, ok, n, s.ok, s.suppressed)
 		}
@@ -39,9 +39,9 @@ func TestLogLimiter(t *testing.T) {
 func TestLogLimiterBoundsKeys(t *testing.T) {
 	t.Parallel()
 	clock := &fakeNow{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	l := newLogLimiter(time.Minute, clock.now)
+	l := New(time.Minute, clock.now)
 	for i := range 3 * maxLimiterKeys {
-		if ok, _ := l.allow("app-"+strconv.Itoa(i), 1); !ok {
+		if ok, _ := l.Allow("app-"+strconv.Itoa(i), 1); !ok {
 			t.Fatalf("key %d: first line held back", i)
 		}
 	}
@@ -49,3 +49,8 @@ func TestLogLimiterBoundsKeys(t *testing.T) {
 		t.Errorf("%d keys kept, want at most %d", n, maxLimiterKeys)
 	}
 }
+
+type fakeNow struct{ t time.Time }
+
+func (c *fakeNow) now() time.Time      { return c.t }
+func (c *fakeNow) add(d time.Duration) { c.t = c.t.Add(d) }
