@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,4 +108,12 @@ func TestRingEndToEnd(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("lateness %v", r.Received.Sub(ringAt))
+	// MySQL runs on this machine: clockd reads its clock and finds its own
+	// agrees, so it rings by its own (clocksync)
+	if v, ok := scrapeGauge(d, "clockd_clock_offset_seconds"); !ok || v > 0.01 || v < -0.01 {
+		t.Errorf("clockd_clock_offset_seconds %v (found %v), want about 0", v, ok)
+	}
+	if strings.Contains(d.Logs(), "clock differs from MySQL's") {
+		t.Errorf("a clock difference was reported against the machine's own MySQL:\n%s", d.Logs())
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/clocksync"
 	"github.com/clockd/clockd/internal/config"
 	"github.com/clockd/clockd/internal/httpapi"
 	"github.com/clockd/clockd/internal/janitor"
@@ -111,6 +112,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("listen %s: %w", cfg.HTTP.Addr, err)
 	}
 
+	// the ring loop's and the API's time: the local clock, moved toward
+	// MySQL's when they differ (an instance whose clock is ahead would ring
+	// early)
+	clk := clocksync.New(time.Now, log, reg)
 	queue := ring.NewQueue()
 	var feeder *preload.Manager
 	hints := rabbit.NewHints(rabbit.HintConfig{
@@ -130,6 +135,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Held:        func() []int64 { return loop.Held() },
 		Report:      instanceStats(store, cfg.Cluster.InstanceID, queue),
 		CanRing:     pub.Ready,
+		Now:         clk.Now,
 	}, store, queue)
 	loop = ring.New(ring.Config{
 		ClaimAhead: cfg.Ring.ClaimAhead, ClaimAheadMax: cfg.Ring.ClaimAheadMax, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
@@ -138,9 +144,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		NotSent:     func(err error) bool { return errors.Is(err, rabbit.ErrNotSent) },
 		Logger:      log, Registerer: reg,
 		RecordGap: cfg.Ring.RecordGap,
+		Clock:     clk,
 	}, queue, store, publisher{pub}, feeder)
 
-	svc := alarm.NewService(store, feeder, time.Now, alarm.Limits{MaxPayloadBytes: cfg.Clock.MaxPayloadBytes}, cfg.MySQL.RequestTimeout)
+	svc := alarm.NewService(store, feeder, clk.Now, alarm.Limits{MaxPayloadBytes: cfg.Clock.MaxPayloadBytes}, cfg.MySQL.RequestTimeout)
 	authn, quotas := newAuth(cfg, db, log)
 	handler := httpapi.New(httpapi.Options{
 		Service: svc, Logger: log, Registerer: reg, Gatherer: reg,
@@ -167,6 +174,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		defer stopPprof()
 	}
+	// the first readings of MySQL's clock before anything rings (a few:
+	// together they bound the offset tighter than one slow one)
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	for range 3 {
+		_ = clk.Read(rctx, store.DBTime)
+	}
+	rcancel()
+	clockC := start(log, "clocksync", func(ctx context.Context) error { return clk.Run(ctx, store.DBTime, clockSyncEvery) })
 	publisherC := start(log, "publisher", pub.Run)
 	hintsC := start(log, "hints", hints.Run)
 	feederC := start(log, "preloader", feeder.Run)
@@ -203,9 +218,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	feederC.stop()
 	hintsC.stop()
 	publisherC.stop()
+	clockC.stop()
 	log.Info("stopped")
 	return serveErr
 }
+
+// clockSyncEvery is how often MySQL's clock is read (clocksync).
+const clockSyncEvery = 5 * time.Second
 
 // publisher adapts the RabbitMQ publisher to the ring loop.
 type publisher struct{ p *rabbit.Publisher }

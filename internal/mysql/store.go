@@ -715,3 +715,12 @@ func listSQL(q alarm.ListQuery, cols string, apps []string, statusWhere func(ala
 	}
 	return query + " ORDER BY id DESC LIMIT " + limit, args
 }
+
+// DBTime reads MySQL's clock, to the microsecond.
+func (s *Store) DBTime(ctx context.Context) (time.Time, error) {
+	var us int64
+	if err := s.db.QueryRowContext(ctx, "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)").Scan(&us); err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", mapErr(err))
+	}
+	return time.UnixMicro(us), nil
+}

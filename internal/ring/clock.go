@@ -32,3 +32,19 @@ type realTimer struct{ t *time.Timer }
 func (t realTimer) C() <-chan time.Time        { return t.t.C }
 func (t realTimer) Stop() bool                 { return t.t.Stop() }
 func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
+
+// localClock is a Clock whose Now is moved off the local clock (clocksync:
+// the ring times are reckoned by MySQL's clock when the two differ). Shard
+// leases are reckoned by the local clock (preload's ValidUntil), so the
+// loop checks them against Local.
+type localClock interface {
+	Local() time.Time
+}
+
+// leaseNow is the time to check leases against: the local clock.
+func (l *Loop) leaseNow() time.Time {
+	if c, ok := l.clk.(localClock); ok {
+		return c.Local()
+	}
+	return l.clk.Now()
+}

@@ -438,7 +438,11 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if cfg.Retry.Min == 0 {
 		cfg.Retry = Retry{Min: time.Second, Max: time.Minute, Rand: fixed(0.5)}
 	}
-	cfg.Clock = clk
+	if sk, ok := cfg.Clock.(*skewedClock); ok {
+		sk.fakeClock = clk // the ring times are the fake clock's
+	} else {
+		cfg.Clock = clk
+	}
 	h.loop = New(cfg, h.q, h.store, h.pub, h.feed)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})

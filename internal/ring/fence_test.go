@@ -159,3 +159,41 @@ func TestRungAtIsEachConfirmTime(t *testing.T) {
 		}
 	})
 }
+
+// skewedClock is a fake loop clock moved off a local clock that runs ahead
+// of it (clocksync): the ring times are its Now, the leases are reckoned by
+// Local.
+type skewedClock struct {
+	*fakeClock
+	ahead time.Duration
+}
+
+func (c *skewedClock) Local() time.Time { return c.Now().Add(c.ahead) }
+
+// An instance whose clock runs ahead of MySQL's rings by MySQL's clock, but
+// its shard leases are reckoned by its own: a publish with too little of
+// the lease left by the local clock is not made, however far the ring
+// clock is behind it.
+func TestLeaseReckonedByTheLocalClockWhenRingTimeIsCorrected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ahead := 5 * time.Second
+		h := newHarness(t, Config{MinLeaseLeft: 200 * time.Millisecond, Clock: &skewedClock{ahead: ahead}})
+		// by the local clock, 150 ms of the lease are left when clock 1 is due
+		h.feed.setUntil(t0.Add(ahead + time.Second + 150*time.Millisecond))
+		h.add(alarm.Clock{ID: 1, Shard: 1, RingAt: t0.Add(time.Second)})
+		h.advance(time.Second)
+		if n := len(h.pub.published()); n != 0 {
+			t.Fatalf("published with 150 ms of lease left by the local clock (MinLeaseLeft 200 ms)")
+		}
+		h.feed.setUntil(t0.Add(ahead + 4*time.Second))
+		h.add(alarm.Clock{ID: 2, Shard: 1, RingAt: t0.Add(2 * time.Second)})
+		h.advance(time.Second)
+		pubs := h.pub.published()
+		if len(pubs) != 1 || pubs[0].rings[0].Clock.ID != 2 {
+			t.Fatalf("publishes %v, want clock 2", pubs)
+		}
+		if pubs[0].left <= 0 || pubs[0].left > 2*time.Second {
+			t.Errorf("the publish may wait %v for confirms; want at most the 2s of lease left by the local clock", pubs[0].left)
+		}
+	})
+}
