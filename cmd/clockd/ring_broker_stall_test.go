@@ -132,3 +132,36 @@ func TestBrokerMemoryAlarmBurnsNoAttempts(t *testing.T) {
 		}
 	}
 }
+
+// The operator takes clockd's write permission away for 20 s while clocks
+// come due, then gives it back. Each publish is refused (403) and closes
+// the connection, and clockd reconnects at once: before, a WARN and an INFO
+// every 4-5 s for as long as it lasted. A connection that keeps dying soon
+// after it was made, for the same reason, is now said once a minute. The
+// refused rings are failed attempts (SPEC), and every clock rings once the
+// permission is back.
+func TestRevokedWritePermissionIsLoggedOnceAMinute(t *testing.T) {
+	e := newEnv(t)
+	e.AMQP = testenv.Vhost(t)
+	d := testenv.StartClockd(t, e.vars(map[string]string{"CLOCKD_RETRY_MIN": "200ms", "CLOCKD_RETRY_MAX": "1s"}))
+	cons := testenv.Consume(t, e.AMQP, e.Exchange, "perm")
+
+	testenv.SetPermissions(t, e.AMQP, ".*", "^$", ".*")
+	clocks := postClocks(t, d, spreadSpecs("perm", "p", 20, time.Now().Add(time.Second), 5*time.Second))
+	unready := false
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if code, _ := d.Ready(); code == http.StatusServiceUnavailable {
+			unready = true
+		}
+	}
+	if !unready {
+		t.Error("/readyz never answered 503 while every publish was refused")
+	}
+	if n := strings.Count(d.Logs(), `msg="rabbitmq connection lost"`); n == 0 || n > 2 {
+		t.Errorf("%d WARN lines \"rabbitmq connection lost\" in 20 s of refused publishes, want 1 or 2:\n%s", n, d.Logs())
+	}
+	testenv.SetPermissions(t, e.AMQP, ".*", ".*", ".*")
+	if !waitReceived(cons, clocks, 30*time.Second) {
+		t.Errorf("after the permission was restored, %d of %d rang", cons.Distinct(), len(clocks))
+	}
+}

@@ -119,6 +119,9 @@ type Publisher struct {
 	// unroutable holds back repeated warnings about an application whose
 	// rings no queue takes.
 	unroutable *lograte.Limiter
+	// flapLog holds back repeats of a connection lost soon after it was
+	// made, for the same reason
+	flapLog *lograte.Limiter
 
 	urls []string // the nodes, tried in turn from the first
 
@@ -199,6 +202,7 @@ func New(cfg Config) (*Publisher, error) {
 		metrics:         m,
 		retry:           backoff.Policy{Min: cfg.ReconnectMin, Max: cfg.ReconnectMax},
 		unroutable:      lograte.New(unroutableLogEvery, cfg.Now),
+		flapLog:         lograte.New(time.Minute, time.Now),
 		readyCh:         make(chan struct{}),
 		status:          errors.New("rabbitmq: not connected yet"),
 		errNotConnected: fmt.Errorf("%w: %w", ErrUnavailable, ErrNotSent),
@@ -287,6 +291,9 @@ func (p *Publisher) Run(ctx context.Context) error {
 		warned    bool // a Warn was logged for the current outage
 		connected bool // at least one connection was made
 		lostAt    time.Time
+		// lossLogged: the last loss was logged at WARN (else its
+		// reconnection is not logged at INFO either)
+		lossLogged bool
 	)
 	n := len(p.urls)
 	// pause is called after each failed attempt: it moves to the next node
@@ -322,7 +329,11 @@ func (p *Publisher) Run(ctx context.Context) error {
 
 		if connected {
 			p.metrics.reconnects.Inc()
-			p.log.Info("rabbitmq reconnected", "node", nodeName(url), "down_for", time.Since(lostAt).Round(time.Millisecond).String(), "channels", len(s.lanes))
+			level := slog.LevelInfo
+			if !lossLogged {
+				level = slog.LevelDebug
+			}
+			p.log.Log(ctx, level, "rabbitmq reconnected", "node", nodeName(url), "down_for", time.Since(lostAt).Round(time.Millisecond).String(), "channels", len(s.lanes))
 		} else {
 			p.log.Info("rabbitmq connected", "node", nodeName(url), "channels", len(s.lanes))
 		}
@@ -341,7 +352,19 @@ func (p *Publisher) Run(ctx context.Context) error {
 			return nil
 		}
 		lostAt = time.Now()
-		p.log.Warn("rabbitmq connection lost", "node", nodeName(url), "err", reason)
+		// A connection that dies soon after it was made, again and again
+		// for the same reason (write permission revoked: each publish
+		// closes it), is said once a minute, not at every turn.
+		lossLogged = true
+		var heldBack int
+		if time.Since(upAt) < flapWithin {
+			lossLogged, heldBack = p.flapLog.Allow(reason.Error(), 1)
+		}
+		if lossLogged {
+			p.log.Warn("rabbitmq connection lost", "node", nodeName(url), "err", reason, "like_losses_not_logged", heldBack)
+		} else {
+			p.log.Debug("rabbitmq connection lost", "node", nodeName(url), "err", reason)
+		}
 		warned = true
 		if time.Since(upAt) > p.cfg.ReconnectMax {
 			tries = 0
@@ -351,6 +374,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// flapWithin: a connection lost sooner than this after it was made is
+// flapping, and its loss is logged at most once a minute per reason.
+const flapWithin = time.Minute
 
 // serve watches a live session until it dies or ctx is done; it returns why.
 func (p *Publisher) serve(ctx context.Context, s *session) error {

@@ -82,3 +82,14 @@ func CloseConnectionsNamed(t testing.TB, name string) {
 		t.Fatalf("no connection named %s", name)
 	}
 }
+
+// SetPermissions sets the configure, write and read permissions of the
+// URL's user on the URL's vhost (one made by Vhost).
+func SetPermissions(t testing.TB, url, configure, write, read string) {
+	t.Helper()
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rabbitmqctl(t, "set_permissions", "-p", uri.Vhost, uri.Username, configure, write, read)
+}
