@@ -4,6 +4,7 @@
 #                  docker compose first when they do not answer and Docker runs
 #   make run       run clockd against local services (no Docker)
 #   make bench     start a throw-away clockd and drive it with clockbench
+#   make peers     the same scenarios on asynq (Redis) and River (PostgreSQL)
 #
 # Every variable below can be overridden: `make bench BENCH_ARGS='-n 100000'`.
 
@@ -41,7 +42,7 @@ BENCH_OUT       ?= bench-out
 BENCH_FRESH_DB  ?= 1
 export BENCH_ADDR BENCH_MYSQL_DSN BENCH_AMQP_URL BENCH_SCENARIO BENCH_ARGS BENCH_OUT BENCH_FRESH_DB
 
-.PHONY: build test services lint vet fmt-check run migrate bench fuzz clean
+.PHONY: build test services lint vet fmt-check run migrate bench peers fuzz clean
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -75,6 +76,13 @@ migrate:
 
 bench: build
 	@bash -c "$$SH_LIB$$BENCH_SH"
+
+# asynq and River on this machine's Redis and PostgreSQL, with clockbench's
+# hot and ring scenarios (cmd/clockbench/peers, a module of its own).
+PEERS_ARGS ?= -peer all -scenario all
+peers:
+	cd cmd/clockbench/peers && $(GO) build -o ../../../bin/peers .
+	bin/peers $(PEERS_ARGS)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^$(FUZZ_TARGET)$$' -fuzztime $(FUZZ_TIME) $(FUZZ_PKG)

@@ -37,34 +37,6 @@ func TestFenceAfterPublishSlot(t *testing.T) {
 	})
 }
 
-// A publish starts only while the lease has MinLeaseLeft to run, and its
-// wait for confirms ends with the lease.
-func TestPublishBoundedByLease(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, Config{MinLeaseLeft: 200 * time.Millisecond})
-		h.feed.setUntil(t0.Add(time.Second + 150*time.Millisecond))
-		h.add(alarm.Clock{ID: 1, Shard: 1, RingAt: t0.Add(time.Second)})
-		h.advance(time.Second)
-		if n := len(h.pub.published()); n != 0 {
-			t.Fatalf("published with 150 ms of lease left (MinLeaseLeft 200 ms)")
-		}
-		if row := h.store.row(1); row.Status != alarm.StatusPending || row.Attempts != 0 {
-			t.Errorf("clock 1: %s with %d attempts, want pending with none", row.Status, row.Attempts)
-		}
-
-		h.feed.setUntil(t0.Add(4 * time.Second))
-		h.add(alarm.Clock{ID: 2, Shard: 1, RingAt: t0.Add(2 * time.Second)})
-		h.advance(time.Second)
-		pubs := h.pub.published()
-		if len(pubs) != 1 || pubs[0].rings[0].Clock.ID != 2 {
-			t.Fatalf("publishes %v, want clock 2", pubs)
-		}
-		if pubs[0].left <= 0 || pubs[0].left > 2*time.Second {
-			t.Errorf("the publish may wait %v for confirms; want at most the 2s of lease left", pubs[0].left)
-		}
-	})
-}
-
 // Drain, before a shard is handed over: its armed clocks go back to pending
 // at once, its ring in flight is confirmed and recorded before Drain
 // returns, and the other shards' clocks are not touched.
@@ -170,30 +142,40 @@ type skewedClock struct {
 
 func (c *skewedClock) Local() time.Time { return c.Now().Add(c.ahead) }
 
-// An instance whose clock runs ahead of MySQL's rings by MySQL's clock, but
-// its shard leases are reckoned by its own: a publish with too little of
-// the lease left by the local clock is not made, however far the ring
-// clock is behind it.
-func TestLeaseReckonedByTheLocalClockWhenRingTimeIsCorrected(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ahead := 5 * time.Second
-		h := newHarness(t, Config{MinLeaseLeft: 200 * time.Millisecond, Clock: &skewedClock{ahead: ahead}})
-		// by the local clock, 150 ms of the lease are left when clock 1 is due
-		h.feed.setUntil(t0.Add(ahead + time.Second + 150*time.Millisecond))
-		h.add(alarm.Clock{ID: 1, Shard: 1, RingAt: t0.Add(time.Second)})
-		h.advance(time.Second)
-		if n := len(h.pub.published()); n != 0 {
-			t.Fatalf("published with 150 ms of lease left by the local clock (MinLeaseLeft 200 ms)")
-		}
-		h.feed.setUntil(t0.Add(ahead + 4*time.Second))
-		h.add(alarm.Clock{ID: 2, Shard: 1, RingAt: t0.Add(2 * time.Second)})
-		h.advance(time.Second)
-		pubs := h.pub.published()
-		if len(pubs) != 1 || pubs[0].rings[0].Clock.ID != 2 {
-			t.Fatalf("publishes %v, want clock 2", pubs)
-		}
-		if pubs[0].left <= 0 || pubs[0].left > 2*time.Second {
-			t.Errorf("the publish may wait %v for confirms; want at most the 2s of lease left by the local clock", pubs[0].left)
-		}
-	})
+// A publish starts only while the lease has MinLeaseLeft to run, and its
+// wait for confirms ends with the lease. The lease is reckoned by the
+// local clock, also when the loop rings by a clock moved off it (clocksync:
+// an instance whose clock runs ahead of MySQL's): however far the ring
+// clock is behind the local one, no publish is made with too little of the
+// lease left by the local clock.
+func TestPublishBoundedByLease(t *testing.T) {
+	for _, ahead := range []time.Duration{0, 5 * time.Second} {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := Config{MinLeaseLeft: 200 * time.Millisecond}
+			if ahead > 0 {
+				cfg.Clock = &skewedClock{ahead: ahead}
+			}
+			h := newHarness(t, cfg)
+			h.feed.setUntil(t0.Add(ahead + time.Second + 150*time.Millisecond))
+			h.add(alarm.Clock{ID: 1, Shard: 1, RingAt: t0.Add(time.Second)})
+			h.advance(time.Second)
+			if n := len(h.pub.published()); n != 0 {
+				t.Fatalf("local clock %s ahead: published with 150 ms of lease left (MinLeaseLeft 200 ms)", ahead)
+			}
+			if row := h.store.row(1); row.Status != alarm.StatusPending || row.Attempts != 0 {
+				t.Errorf("clock 1: %s with %d attempts, want pending with none", row.Status, row.Attempts)
+			}
+
+			h.feed.setUntil(t0.Add(ahead + 4*time.Second))
+			h.add(alarm.Clock{ID: 2, Shard: 1, RingAt: t0.Add(2 * time.Second)})
+			h.advance(time.Second)
+			pubs := h.pub.published()
+			if len(pubs) != 1 || pubs[0].rings[0].Clock.ID != 2 {
+				t.Fatalf("local clock %s ahead: publishes %v, want clock 2", ahead, pubs)
+			}
+			if pubs[0].left <= 0 || pubs[0].left > 2*time.Second {
+				t.Errorf("local clock %s ahead: the publish may wait %v for confirms; want at most the 2s of lease left", ahead, pubs[0].left)
+			}
+		})
+	}
 }
