@@ -54,6 +54,10 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 		for _, s := range st {
 			fmt.Fprintf(stdout, "%05d %-8s %s\n", s.Source.Version, s.State, s.Source.Path)
 		}
+		// goose lists only the migrations this binary has
+		if have, want, err := mysql.SchemaVersions(ctx, db); err == nil && have > want {
+			fmt.Fprintf(stdout, "schema at version %d, newer than this clockd's newest migration %d (a newer clockd applied it)\n", have, want)
+		}
 	default:
 		return fmt.Errorf("unknown migrate command %q (%s)", sub, strings.Join(migrateCommands, ", "))
 	}

@@ -72,6 +72,13 @@ func TestSchemaNewerThanBinary(t *testing.T) {
 			future, strings.TrimSpace(stdout.String()), future)
 	}
 
+	// migrate status lists the binary's migrations, and says the schema is beyond them
+	var status testenv.SyncBuffer
+	if err := run(context.Background(), []string{"migrate", "status"}, runEnvOf(map[string]string{"CLOCKD_MYSQL_DSN": e.DSN}), &status, &stderr); err != nil ||
+		!mentionsVersion(status.String(), future) {
+		t.Errorf("clockd migrate status on a schema at version %d: %v, %q says nothing about it", future, err, status.String())
+	}
+
 	d := testenv.LaunchClockd(t, e.vars(map[string]string{"CLOCKD_SHARDS": "4"}))
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {

@@ -248,7 +248,7 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 		sem:       make(chan struct{}, cfg.Publishers),
 	}
 	l.m.rings = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "clockd_rings_total", Help: "Ring attempts by result (rung, unroutable, nacked, timeout, unavailable, error) and clocks expired or dead.",
+		Name: "clockd_rings_total", Help: "Ring attempts by result (rung, unroutable, nacked, timeout, unavailable) and clocks expired or dead.",
 	}, []string{"result"})
 	// every result from 0: a series that first appears at 1 has an
 	// increase() of 0, so the first dead clocks of a process would never
