@@ -112,10 +112,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("listen %s: %w", cfg.HTTP.Addr, err)
 	}
 
-	// the ring loop's and the API's time: the local clock, moved toward
-	// MySQL's when they differ (an instance whose clock is ahead would ring
-	// early)
-	clk := clocksync.New(time.Now, log, reg)
+	// the ring loop's and the API's time: MySQL's clock as seen from here
+	// (an instance whose own clock ran ahead would ring early)
+	clk := clocksync.New(log, reg)
 	queue := ring.NewQueue()
 	var feeder *preload.Manager
 	hints := rabbit.NewHints(rabbit.HintConfig{
@@ -224,7 +223,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 }
 
 // clockSyncEvery is how often MySQL's clock is read (clocksync).
-const clockSyncEvery = 5 * time.Second
+const clockSyncEvery = time.Second
 
 // publisher adapts the RabbitMQ publisher to the ring loop.
 type publisher struct{ p *rabbit.Publisher }

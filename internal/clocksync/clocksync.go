@@ -1,16 +1,17 @@
-// Package clocksync keeps an instance ringing by MySQL's clock. A ring must
-// never come before its time, and every instance decides when a clock is
-// due by its own wall clock; an instance whose clock runs ahead of the
-// others' (no NTP, a VM resumed from a pause) would ring its shards' clocks
-// early by as much. So the instance reads MySQL's clock now and then and
-// estimates its own offset from it, as NTP does: MySQL's time was read at
-// some moment between the query's send (t0) and its answer (t1), so the
-// local clock is ahead of MySQL's by at least t0−db and at most t1−db, and
-// the last readings together bound it tighter. When it may be ahead by more
-// than a tolerance, the ring loop's time is moved back by the upper bound,
-// which can only make rings later (by at most the round trip), never early;
-// when it is surely behind by more, it is moved forward as far as it surely
-// is.
+// Package clocksync makes an instance ring by MySQL's clock. A ring must
+// never come before its time, and if each instance judged that by its own
+// wall clock, one whose clock runs ahead of the others' (no NTP, a VM
+// resumed from a pause) would ring its shards' clocks early by as much. So
+// the instance reads MySQL's clock now and then. MySQL's time was read at
+// some moment between the query's send and its answer, so at a later moment
+// t it is at least db + (t − answered) and at most db + (t − sent), counted
+// on the local monotonic clock (which no step of the wall clock moves), less
+// or plus what the two clocks may drift apart meanwhile. The ring loop's
+// time is the local wall clock kept between the highest such lower bound of
+// the recent readings and Slack above it: where the two clocks agree (NTP,
+// or MySQL on the same machine) it is the wall clock itself, and wherever
+// they differ it is never more than Slack ahead of MySQL's clock, whatever
+// the wall clock does between readings.
 package clocksync
 
 import (
@@ -25,44 +26,74 @@ import (
 	"github.com/clockd/clockd/internal/ring"
 )
 
-// Tolerance is the offset from MySQL's clock that is left alone: two clocks
-// kept by NTP agree far better, and within it a correction would only move
-// rings by the noise of the estimate.
-const Tolerance = 10 * time.Millisecond
+// MaxDrift is how fast the local monotonic clock and MySQL's may run apart,
+// in parts per million: each reading's bounds widen by as much with its
+// age, so an old reading cannot hide a drift.
+const MaxDrift = 200
 
-// window is how many recent readings bound the offset together.
-const window = 8
+// Slack is how far above the surely reached MySQL time the ring time may
+// follow the local wall clock: about the round trip and drift of a reading,
+// so that clocks in agreement ring by the wall clock, not a little late.
+const Slack = time.Millisecond
 
-type sample struct {
-	lo, hi time.Duration // the local clock is ahead of MySQL's by lo..hi
+// WarnOffset is the offset between this instance's wall clock and MySQL's
+// past which a WARN says so (the ring times follow MySQL's whatever it is).
+const WarnOffset = 100 * time.Millisecond
+
+// maxAge: a reading older than this is dropped (its bounds have widened by
+// 24 ms by then).
+const maxAge = 2 * time.Minute
+
+func drift(d time.Duration) time.Duration { return d / 1_000_000 * MaxDrift }
+
+// reading is one reading of MySQL's clock: db, read between the local
+// monotonic instants sent and answered.
+type reading struct {
+	db             time.Time
+	sent, answered time.Duration
 }
 
-// Sync is the instance's clock, corrected toward MySQL's (a ring.Clock).
+// lower and upper bound MySQL's time at the local monotonic instant at
+// (at or after the reading).
+func (r reading) lower(at time.Duration) time.Time {
+	e := at - r.answered
+	return r.db.Add(e - drift(e))
+}
+
+func (r reading) upper(at time.Duration) time.Time {
+	e := at - r.sent
+	return r.db.Add(e + drift(e))
+}
+
+// Sync is the instance's ring clock, MySQL's as seen from here (a
+// ring.Clock).
 type Sync struct {
-	base func() time.Time
+	wall func() time.Time     // the local wall clock
+	mono func() time.Duration // the local monotonic clock
 	log  *slog.Logger
 
-	correction atomic.Int64 // nanoseconds subtracted from base()
+	anchor atomic.Pointer[reading] // the reading Now counts from; nil: none yet
 
-	mu      sync.Mutex
-	samples []sample
-	warned  bool // the clocks were said to differ
-	offset  prometheus.Gauge
+	mu       sync.Mutex
+	readings []reading // the last maxAge of them
+	warned   bool      // a WARN said the clocks differ
+	offset   prometheus.Gauge
 }
 
-// New returns a Sync with no correction yet. base is the local clock
-// (time.Now when nil).
-func New(base func() time.Time, log *slog.Logger, reg prometheus.Registerer) *Sync {
-	if base == nil {
-		base = time.Now
-	}
+// New returns a Sync that follows the local clock until its first reading.
+func New(log *slog.Logger, reg prometheus.Registerer) *Sync {
+	start := time.Now()
+	return newSync(time.Now, func() time.Duration { return time.Since(start) }, log, reg)
+}
+
+func newSync(wall func() time.Time, mono func() time.Duration, log *slog.Logger, reg prometheus.Registerer) *Sync {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Sync{base: base, log: log, offset: prometheus.NewGauge(prometheus.GaugeOpts{
+	s := &Sync{wall: wall, mono: mono, log: log, offset: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "clockd_clock_offset_seconds",
-		Help: "This instance's clock minus MySQL's, as bounded by the last 8 readings of MySQL's clock (one every 5 s). " +
-			"Beyond 10 ms either way the ring loop rings by MySQL's clock.",
+		Help: "This instance's wall clock minus MySQL's, at the last reading of MySQL's clock (one a second). " +
+			"clockd rings by MySQL's clock whatever it is; keep the machines' clocks in sync all the same.",
 	})}
 	if reg != nil {
 		reg.MustRegister(s.offset)
@@ -70,89 +101,95 @@ func New(base func() time.Time, log *slog.Logger, reg prometheus.Registerer) *Sy
 	return s
 }
 
-// Now is the local clock less the correction.
-func (s *Sync) Now() time.Time { return s.base().Add(-time.Duration(s.correction.Load())) }
+// Now is the local wall clock kept between MySQL's time as surely reached
+// (the best lower bound of the recent readings, counted on the monotonic
+// clock) and Slack above it. Before the first reading, the wall clock.
+func (s *Sync) Now() time.Time {
+	w := s.wall()
+	a := s.anchor.Load()
+	if a == nil {
+		return w
+	}
+	lo := a.lower(s.mono())
+	if hi := lo.Add(Slack); w.After(hi) {
+		return hi
+	}
+	if w.Before(lo) {
+		return lo
+	}
+	return w
+}
 
-// Local is the local clock itself: shard leases are reckoned by it.
-func (s *Sync) Local() time.Time { return s.base() }
+// Local is the local clock: shard leases are reckoned by it.
+func (s *Sync) Local() time.Time { return s.wall() }
 
 // NewTimer is a real timer: durations are the same on either clock.
 func (s *Sync) NewTimer(d time.Duration) ring.Timer { return ring.RealClock{}.NewTimer(d) }
 
-// Correction is how far Now is behind the local clock.
-func (s *Sync) Correction() time.Duration { return time.Duration(s.correction.Load()) }
+// Behind is how far Now is behind the local wall clock (negative: ahead).
+func (s *Sync) Behind() time.Duration { return s.wall().Sub(s.Now()) }
 
 // Observe takes one reading: MySQL's clock said db for a query sent at the
-// local time t0 and answered at t1.
-func (s *Sync) Observe(t0, db, t1 time.Time) {
-	if t1.Before(t0) {
+// local monotonic instant sent and answered at answered, when the local
+// wall clock said wallAt.
+func (s *Sync) Observe(sent, answered time.Duration, db, wallAt time.Time) {
+	if answered < sent {
 		return
 	}
+	x := reading{db: db, sent: sent, answered: answered}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x := sample{lo: t0.Sub(db), hi: t1.Sub(db)}
-	s.samples = append(s.samples, x)
-	if len(s.samples) > window {
-		s.samples = s.samples[len(s.samples)-window:]
+	kept := s.readings[:0]
+	for _, r := range s.readings {
+		// too old, or contradicting the new one (MySQL's clock was
+		// stepped): only the newer readings count
+		if answered-r.answered > maxAge || r.lower(answered).After(x.upper(answered)) || x.lower(answered).After(r.upper(answered)) {
+			continue
+		}
+		kept = append(kept, r)
 	}
-	// Each reading bounds the offset; together they bound it tighter. When
-	// they disagree, the local clock was stepped (NTP, a VM resumed): only
-	// the newest reading counts.
-	best := s.samples[0]
-	for _, y := range s.samples[1:] {
-		best.lo, best.hi = max(best.lo, y.lo), min(best.hi, y.hi)
+	s.readings = append(kept, x)
+	// the best lower bound: every bound grows at the same rate, so the
+	// reading whose bound is highest now stays highest
+	best := s.readings[0]
+	for _, r := range s.readings[1:] {
+		if r.lower(answered).After(best.lower(answered)) {
+			best = r
+		}
 	}
-	if best.lo > best.hi {
-		s.samples = append(s.samples[:0], x)
-		best = x
-	}
-	mid := best.lo + (best.hi-best.lo)/2
-	s.offset.Set(mid.Seconds())
-	was := time.Duration(s.correction.Load())
-	var corr time.Duration
-	switch {
-	// possibly ahead by more than the tolerance: moved back by as much as
-	// it can be ahead (never early); surely behind by more: moved forward
-	// by as much as it surely is
-	case best.hi > Tolerance || best.hi < -Tolerance:
-		corr = best.hi
-	// once correcting, keep at it until the offset is well within the
-	// tolerance, so that an offset near it does not flap
-	case was != 0 && (best.hi > Tolerance/2 || best.hi < -Tolerance/2):
-		corr = best.hi
-	}
-	s.correction.Store(int64(corr))
-	// said when the clocks surely differ, not for a slow reading that
-	// cannot tell, and once more when they agree again
-	surely := best.lo > Tolerance || best.hi < -Tolerance
-	switch {
-	case surely && !s.warned:
+	s.anchor.Store(&best)
+
+	mid := db.Add((answered - sent) / 2)
+	off := wallAt.Sub(mid)
+	s.offset.Set(off.Seconds())
+	switch big := off > WarnOffset || off < -WarnOffset; {
+	case big && !s.warned:
 		s.warned = true
-		s.log.Warn("this instance's clock differs from MySQL's: ringing by MySQL's clock (keep the clocks in sync with NTP)",
-			"offset", mid.Round(time.Millisecond).String(), "correction", corr.Round(time.Millisecond).String())
-	case s.warned && corr == 0:
+		s.log.Warn("this instance's clock differs from MySQL's; clockd rings by MySQL's clock (keep the clocks in sync with NTP)",
+			"offset", off.Round(time.Millisecond).String())
+	case !big && s.warned && off < WarnOffset/2 && off > -WarnOffset/2:
 		s.warned = false
-		s.log.Info("this instance's clock agrees with MySQL's again", "offset", mid.Round(time.Millisecond).String())
+		s.log.Info("this instance's clock agrees with MySQL's again", "offset", off.Round(time.Millisecond).String())
 	}
 }
 
 // Read takes one reading of MySQL's clock with read.
 func (s *Sync) Read(ctx context.Context, read func(context.Context) (time.Time, error)) error {
-	t0 := s.base()
+	sent := s.mono()
 	db, err := read(ctx)
-	t1 := s.base()
+	answered, wallAt := s.mono(), s.wall()
 	if err != nil {
 		return err
 	}
-	s.Observe(t0, db, t1)
+	s.Observe(sent, answered, db, wallAt)
 	return nil
 }
 
 // Run reads MySQL's clock with read every interval until ctx is done.
 func (s *Sync) Run(ctx context.Context, read func(context.Context) (time.Time, error), interval time.Duration) error {
 	for {
-		rctx, cancel := context.WithTimeout(ctx, interval)
-		_ = s.Read(rctx, read) // MySQL away: the last estimate stands
+		rctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+		_ = s.Read(rctx, read) // MySQL away: the last readings stand, their bounds widening
 		cancel()
 		select {
 		case <-ctx.Done():

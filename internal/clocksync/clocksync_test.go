@@ -15,127 +15,143 @@ import (
 	"github.com/clockd/clockd/internal/testenv"
 )
 
-// fakeLocal is a local clock that tests move by hand.
-type fakeLocal struct{ t time.Time }
-
-func (f *fakeLocal) now() time.Time { return f.t }
-
-// reading is one reading of MySQL's clock, whose time is db at the moment
-// the query reaches it: sent rtt/2 before by the local clock, answered
-// rtt/2 after. ahead is how far the local clock is ahead of MySQL's.
-func reading(s *Sync, local *fakeLocal, ahead, rtt time.Duration) {
-	t0 := local.t
-	db := t0.Add(rtt / 2).Add(-ahead)
-	local.t = t0.Add(rtt)
-	s.Observe(t0, db, local.t)
+// world is a fake machine beside a fake MySQL: true time passes (mono, the
+// local monotonic clock, runs with it); MySQL's clock and the local wall
+// clock are each off true time by their own amount, which a step or a
+// drift changes.
+type world struct {
+	mono     time.Duration // elapsed true time
+	mysqlOff time.Duration // MySQL's clock minus true time
+	wallOff  time.Duration // the local wall clock minus true time
 }
 
-func newSync(t *testing.T, local *fakeLocal) (*Sync, *bytes.Buffer) {
+var epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func (w *world) mysqlNow() time.Time      { return epoch.Add(w.mono + w.mysqlOff) }
+func (w *world) wall() time.Time          { return epoch.Add(w.mono + w.wallOff) }
+func (w *world) monotonic() time.Duration { return w.mono }
+func (w *world) pass(d time.Duration)     { w.mono += d }
+
+// read takes one reading whose query reaches MySQL rtt/2 after it was sent
+// and is answered rtt/2 later.
+func (w *world) read(s *Sync, rtt time.Duration) {
+	sent := w.mono
+	w.pass(rtt / 2)
+	db := w.mysqlNow()
+	w.pass(rtt - rtt/2)
+	s.Observe(sent, w.mono, db, w.wall())
+}
+
+// newWorld: the local wall clock is ahead of MySQL's by ahead.
+func newWorld(t *testing.T, ahead time.Duration) (*world, *Sync, *bytes.Buffer) {
 	t.Helper()
+	w := &world{wallOff: ahead}
 	var logs bytes.Buffer
-	return New(local.now, slog.New(slog.NewTextHandler(&logs, nil)), prometheus.NewRegistry()), &logs
+	return w, newSync(w.wall, w.monotonic, slog.New(slog.NewTextHandler(&logs, nil)), prometheus.NewRegistry()), &logs
 }
 
-// An instance whose clock runs ahead of MySQL's rings by MySQL's clock:
-// its Now is never ahead of MySQL's time, and behind it by at most the
-// round trip; a WARN says so once.
-func TestAheadClockIsMovedBackNeverPastMySQL(t *testing.T) {
-	for _, ahead := range []time.Duration{2 * time.Second, 50 * time.Millisecond, 11 * time.Millisecond, time.Hour} {
-		local := &fakeLocal{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-		s, logs := newSync(t, local)
+// notEarly fails when the ring clock is ahead of MySQL's by more than
+// Slack, and when it lags it by more than lag.
+func notEarly(t *testing.T, w *world, s *Sync, lag time.Duration, what string) {
+	t.Helper()
+	db := w.mysqlNow()
+	got := s.Now()
+	if got.After(db.Add(Slack)) {
+		t.Fatalf("%s: the ring clock %s is %s ahead of MySQL's %s (rings that early)", what,
+			got.Format(time.TimeOnly+".000000"), got.Sub(db), db.Format(time.TimeOnly+".000000"))
+	}
+	if db.Sub(got) > lag {
+		t.Errorf("%s: the ring clock lags MySQL's by %s, want at most %s", what, db.Sub(got), lag)
+	}
+}
+
+// Whatever the local wall clock says, ahead or behind, the ring clock is
+// MySQL's: never ahead of it, behind it by at most a round trip and the
+// drift since the reading; a WARN says the clocks differ, once.
+func TestRingClockIsMySQLsWhateverTheLocalClockSays(t *testing.T) {
+	for _, ahead := range []time.Duration{0, 3 * time.Millisecond, 2 * time.Second, -3 * time.Second, time.Hour} {
+		w, s, logs := newWorld(t, ahead)
 		for _, rtt := range []time.Duration{3 * time.Millisecond, 40 * time.Millisecond, 400 * time.Microsecond, 9 * time.Millisecond} {
-			reading(s, local, ahead, rtt)
-			local.t = local.t.Add(5 * time.Second)
-			dbNow := local.t.Add(-ahead)
-			if got := s.Now(); got.After(dbNow.Add(Tolerance)) {
-				t.Fatalf("ahead %s, rtt %s: Now %s is after MySQL's time %s by more than the tolerance", ahead, rtt, got, dbNow)
-			}
-			// at most the round trip of the tightest reading so far behind
-			if lag := dbNow.Sub(s.Now()); lag > rtt && lag > 3*time.Millisecond {
-				t.Errorf("ahead %s, after a reading with rtt %s: Now lags MySQL's time by %s", ahead, rtt, lag)
+			w.read(s, rtt)
+			for range 5 {
+				w.pass(200 * time.Millisecond)
+				notEarly(t, w, s, 3*time.Millisecond, "ahead "+ahead.String())
 			}
 		}
-		if s.Local() != local.t {
-			t.Errorf("Local %s, want the local clock %s", s.Local(), local.t)
+		if s.Local() != w.wall() {
+			t.Errorf("Local %s, want the local wall clock %s", s.Local(), w.wall())
 		}
-		if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
-			t.Errorf("ahead %s: %d WARN lines, want 1:\n%s", ahead, n, logs)
-		}
-	}
-}
-
-// A clock behind MySQL's is moved forward, but only as far as MySQL's
-// time surely is: never past it.
-func TestBehindClockIsMovedForwardNeverPastMySQL(t *testing.T) {
-	local := &fakeLocal{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s, _ := newSync(t, local)
-	behind := 3 * time.Second
-	for range 5 {
-		reading(s, local, -behind, 2*time.Millisecond)
-		dbNow := local.t.Add(behind)
-		if got := s.Now(); got.After(dbNow) || dbNow.Sub(got) > 2*time.Millisecond {
-			t.Fatalf("Now %s, MySQL's time %s", got, dbNow)
+		warns := strings.Count(logs.String(), "level=WARN")
+		if want := map[bool]int{true: 1, false: 0}[ahead > WarnOffset || ahead < -WarnOffset]; warns != want {
+			t.Errorf("ahead %s: %d WARN lines, want %d:\n%s", ahead, warns, want, logs)
 		}
 	}
 }
 
-// Clocks that agree within the tolerance are left alone: no correction, no
-// log. A slow reading alone cannot tell, and is taken at its worst (never
-// early) until a quicker one bounds the offset.
-func TestAgreeingClocksAreLeftAlone(t *testing.T) {
-	local := &fakeLocal{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s, logs := newSync(t, local)
-	for _, c := range []struct{ ahead, rtt time.Duration }{
-		{0, time.Millisecond}, {3 * time.Millisecond, time.Millisecond}, {-5 * time.Millisecond, 2 * time.Millisecond},
-		{8 * time.Millisecond, time.Millisecond},
-	} {
-		reading(s, local, c.ahead, c.rtt)
-		if got := s.Correction(); got != 0 {
-			t.Errorf("ahead %s, rtt %s: correction %s, want none", c.ahead, c.rtt, got)
+// An NTP step of the local wall clock, either way, moves nothing: the ring
+// clock counts on the monotonic clock from its readings. (A clock behind
+// MySQL's, corrected forward and then stepped right, rang early until the
+// next reading when the correction was applied to the wall clock.)
+func TestWallClockStepsDoNotMoveTheRingClock(t *testing.T) {
+	for _, ahead := range []time.Duration{-3 * time.Second, 3 * time.Second} {
+		w, s, _ := newWorld(t, ahead)
+		for range 3 {
+			w.read(s, time.Millisecond)
+			w.pass(time.Second)
 		}
-		s.samples = nil
-	}
-	if logs.Len() != 0 {
-		t.Errorf("logged:\n%s", logs)
-	}
-	reading(s, local, 2*time.Millisecond, 200*time.Millisecond)
-	if got := s.Correction(); got < 100*time.Millisecond {
-		t.Errorf("after one reading of 200 ms: correction %s, want its upper bound", got)
-	}
-	reading(s, local, 2*time.Millisecond, time.Millisecond)
-	if got := s.Correction(); got != 0 {
-		t.Errorf("after a quick reading: correction %s, want none", got)
+		w.wallOff = 0 // NTP steps the wall clock right
+		for range 5 {
+			notEarly(t, w, s, 2*time.Millisecond, "after a step of "+(-ahead).String())
+			w.pass(time.Second)
+		}
 	}
 }
 
-// A local clock stepped (NTP, a VM resumed) makes the readings disagree:
-// the newest one counts at once, not the old tight ones.
-func TestSteppedClockIsFollowedAtOnce(t *testing.T) {
-	local := &fakeLocal{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s, logs := newSync(t, local)
-	for range 7 {
-		reading(s, local, 0, 100*time.Microsecond)
+// Readings stop (MySQL away) while the clocks drift apart; then the first
+// readings back are slow. The old, quick readings widen with their age, so
+// they cannot hide the drift: the ring clock stays behind MySQL's.
+func TestOldReadingsCannotHideADrift(t *testing.T) {
+	w, s, _ := newWorld(t, 0)
+	for range 8 {
+		w.read(s, time.Millisecond)
+		w.pass(time.Second)
 	}
-	local.t = local.t.Add(2 * time.Second) // stepped ahead
-	reading(s, local, 2*time.Second, 5*time.Millisecond)
-	dbNow := local.t.Add(-2 * time.Second)
-	if got := s.Now(); got.After(dbNow) {
-		t.Fatalf("after a 2 s step: Now %s is after MySQL's time %s (correction %s)", got, dbNow, s.Correction())
-	}
-	// and back once the clock is set right
-	local.t = local.t.Add(-2 * time.Second)
-	reading(s, local, 0, 100*time.Microsecond)
-	if got := s.Correction(); got != 0 {
-		t.Errorf("after the clock was set right: correction %s", got)
-	}
-	if !strings.Contains(logs.String(), "agrees with MySQL's again") {
-		t.Errorf("no line that the clocks agree again:\n%s", logs)
+	// an hour without a reading, MySQL's clock losing 55 ppm on the
+	// monotonic clock: 200 ms
+	w.pass(time.Hour)
+	w.mysqlOff -= 200 * time.Millisecond
+	notEarly(t, w, s, time.Second, "an hour after the last reading")
+	for range 3 {
+		w.read(s, 500*time.Millisecond)
+		notEarly(t, w, s, time.Second, "a slow reading after an hour")
+		w.pass(time.Second)
 	}
 }
 
-// Against the real MariaDB: a local clock 3 s ahead (shifted here, as the
-// process's own cannot be) is corrected to within the round trip, and the
-// real one, on the same machine as MySQL, is left alone.
+// MySQL's own clock stepped back (its host's NTP): the readings from
+// before contradict the new one and are dropped at once.
+func TestMySQLClockSteppedBack(t *testing.T) {
+	w, s, _ := newWorld(t, 0)
+	for range 4 {
+		w.read(s, time.Millisecond)
+		w.pass(time.Second)
+	}
+	w.mysqlOff -= 2 * time.Second // MySQL's clock two seconds back
+	w.read(s, time.Millisecond)
+	notEarly(t, w, s, 2*time.Millisecond, "after MySQL's clock stepped back")
+}
+
+// No reading yet (MySQL away at start): the local wall clock.
+func TestBeforeTheFirstReadingTheLocalClock(t *testing.T) {
+	w, s, _ := newWorld(t, time.Second)
+	if got := s.Now(); !got.Equal(w.wall()) {
+		t.Errorf("Now %s before any reading, want the local clock %s", got, w.wall())
+	}
+}
+
+// Against the real MariaDB on this machine: the ring clock is never ahead
+// of MySQL's nor of the machine's own (they agree here), and lags them by
+// no more than a round trip; no WARN.
 func TestReadsMySQLClock(t *testing.T) {
 	db, err := sql.Open("mysql", testenv.ServerDSN())
 	if err != nil {
@@ -148,23 +164,54 @@ func TestReadsMySQLClock(t *testing.T) {
 		return time.UnixMicro(us), err
 	}
 	ctx := context.Background()
-	real := New(nil, nil, nil)
-	shifted := New(func() time.Time { return time.Now().Add(3 * time.Second) }, nil, nil)
+	var logs bytes.Buffer
+	s := New(slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	for range 3 {
-		if err := real.Read(ctx, read); err != nil {
-			t.Fatal(err)
-		}
-		if err := shifted.Read(ctx, read); err != nil {
+		if err := s.Read(ctx, read); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if c := real.Correction(); c != 0 {
-		t.Errorf("the machine's own clock against its MySQL: correction %s, want none", c)
+	for range 20 {
+		now := time.Now()
+		got := s.Now()
+		if got.After(now.Add(time.Millisecond)) || now.Sub(got) > 20*time.Millisecond {
+			t.Fatalf("the ring clock %s against the machine's %s", got, now)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	if c := shifted.Correction(); c < 3*time.Second || c > 3*time.Second+50*time.Millisecond {
-		t.Errorf("a clock 3 s ahead: correction %s, want 3 s and at most the round trip more", c)
+	if logs.Len() != 0 {
+		t.Errorf("logged against the machine's own MySQL:\n%s", logs.String())
 	}
-	if d := shifted.Now().Sub(time.Now()); d > 0 {
-		t.Errorf("the corrected clock is %s ahead of the real one", d)
+}
+
+// Clocks that agree (MySQL on this machine, or both on NTP) ring by the
+// wall clock itself, not a round trip late.
+func TestAgreeingClocksRingByTheWallClock(t *testing.T) {
+	w, s, logs := newWorld(t, 0)
+	for range 5 {
+		w.read(s, 400*time.Microsecond)
+		w.pass(700 * time.Millisecond)
+		if got := s.Now(); !got.Equal(w.wall()) {
+			t.Fatalf("the ring clock %s, the wall clock %s: they agree, want the wall clock", got, w.wall())
+		}
+	}
+	if logs.Len() != 0 {
+		t.Errorf("logged:\n%s", logs)
+	}
+}
+
+// MySQL busy for a while (the rings themselves keep it so): every reading
+// takes 200 ms. The quick readings from before still bound MySQL's time,
+// so the ring clock does not fall 100 ms behind with the slow ones.
+func TestSlowReadingsDoNotDragTheRingClockBehind(t *testing.T) {
+	w, s, _ := newWorld(t, 5*time.Second) // a wall clock far off, so the bound decides
+	for range 3 {
+		w.read(s, 300*time.Microsecond)
+		w.pass(time.Second)
+	}
+	for range 30 {
+		w.read(s, 200*time.Millisecond)
+		w.pass(800 * time.Millisecond)
+		notEarly(t, w, s, 10*time.Millisecond, "30 s of slow readings")
 	}
 }
