@@ -77,21 +77,29 @@ func (a *api) logFailure(r *http.Request, code int, errCode string, err error, a
 	a.log.Warn("request failed", append(args, attrs...)...)
 }
 
-// logBatchFailures logs the items of a batch answered 5xx as one failure:
-// the first one's error, and how many failed.
+// logBatchFailures logs the items of a batch answered 5xx as one failure
+// per kind (status and error code): the first one's error, and how many
+// failed so.
 func (a *api) logBatchFailures(r *http.Request, results []BatchResult) {
-	failed, first := 0, -1
-	for i, res := range results {
-		if res.failure != nil {
-			failed++
-			if first < 0 {
-				first = i
-			}
-		}
+	type kind struct {
+		status int
+		code   string
 	}
-	if failed > 0 {
-		res := results[first]
-		a.logFailure(r, res.Status, res.Error.Code, res.failure, "items_failed", failed, "items", len(results), "first_failed_item", first)
+	var kinds []kind
+	failed, first := map[kind]int{}, map[kind]int{}
+	for i, res := range results {
+		if res.failure == nil {
+			continue
+		}
+		k := kind{res.Status, res.Error.Code}
+		if _, seen := failed[k]; !seen {
+			kinds, first[k] = append(kinds, k), i
+		}
+		failed[k]++
+	}
+	for _, k := range kinds {
+		i := first[k]
+		a.logFailure(r, k.status, k.code, results[i].failure, "items_failed", failed[k], "items", len(results), "first_failed_item", i)
 	}
 }
 

@@ -358,7 +358,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		lossLogged = true
 		var heldBack int
 		if time.Since(upAt) < flapWithin {
-			lossLogged, heldBack = p.flapLog.Allow(reason.Error(), 1)
+			lossLogged, heldBack = p.flapLog.Allow(flapKey(reason), 1)
 		}
 		if lossLogged {
 			p.log.Warn("rabbitmq connection lost", "node", nodeName(url), "err", reason, "like_losses_not_logged", heldBack)
@@ -373,6 +373,17 @@ func (p *Publisher) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// flapKey is the kind of a connection loss: its message without numbers,
+// which name a local port or a channel and differ from loss to loss.
+func flapKey(err error) string {
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return '#'
+		}
+		return r
+	}, err.Error())
 }
 
 // flapWithin: a connection lost sooner than this after it was made is
