@@ -173,7 +173,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "token":
 		return noHelpError(tokenCommand(ctx, cfg, log, rest, stdout, stderr))
 	}
-	return serve(ctx, cfg, log)
+	if err := serve(ctx, cfg, log); err != nil {
+		// in the log too, where a pipeline that reads JSON lines sees why
+		// the server did not start or stopped (main prints it plainly)
+		log.Error("clockd stopped", "err", err)
+		return err
+	}
+	return nil
 }
 
 // noHelpError turns the end of a -h into success.
