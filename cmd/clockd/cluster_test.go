@@ -453,11 +453,7 @@ const clusterRungMetric = `clockd_rings_total{result="rung"}`
 
 func clusterDB(t *testing.T, e env) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("mysql", e.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := e.openDB(t)
 	return db
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,6 +23,17 @@ func newEnv(t *testing.T) env {
 	e := env{DSN: testenv.MySQLDSN(t), AMQP: testenv.AMQPURL(t), Exchange: testenv.Name("clock.ring.test-")}
 	testenv.DeleteExchangeOnCleanup(t, e.AMQP, e.Exchange)
 	return e
+}
+
+// openDB opens the test's database, closed when the test ends.
+func (e env) openDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", e.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 func (e env) vars(extra map[string]string) map[string]string {

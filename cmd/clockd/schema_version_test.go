@@ -54,11 +54,7 @@ func mustExec(t *testing.T, db *sql.DB, q string, args ...any) {
 func TestSchemaNewerThanBinary(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	db, err := sql.Open("mysql", e.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := e.openDB(t)
 	if _, err := gooseProvider(t, db).Up(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +62,7 @@ func TestSchemaNewerThanBinary(t *testing.T) {
 	mustExec(t, db, "INSERT INTO goose_db_version (version_id, is_applied) VALUES (?, 1)", future)
 
 	var stdout, stderr testenv.SyncBuffer
-	err = run(context.Background(), []string{"migrate"}, runEnvOf(map[string]string{"CLOCKD_MYSQL_DSN": e.DSN, "CLOCKD_SHARDS": "4"}), &stdout, &stderr)
+	err := run(context.Background(), []string{"migrate"}, runEnvOf(map[string]string{"CLOCKD_MYSQL_DSN": e.DSN, "CLOCKD_SHARDS": "4"}), &stdout, &stderr)
 	if err == nil && !mentionsVersion(stdout.String()+stderr.String(), future) {
 		t.Errorf("clockd migrate on a schema at version %d (newer than this binary): succeeded saying %q, nothing about version %d",
 			future, strings.TrimSpace(stdout.String()), future)
@@ -110,11 +106,7 @@ func TestSchemaNewerThanBinary(t *testing.T) {
 func TestOldSchemaWithoutMigrateOnStart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	db, err := sql.Open("mysql", e.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := e.openDB(t)
 	old := latestSchemaVersion(t, db) - 3
 	if _, err := gooseProvider(t, db).UpTo(context.Background(), old); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 // Signals, and start-up with hostile or mistyped settings.
 
 import (
-	"database/sql"
 	"net/http"
 	"strings"
 	"syscall"
@@ -32,11 +31,7 @@ func TestSIGHUPIsNotAHardKill(t *testing.T) {
 	e := newEnv(t)
 	id := testenv.Name("hup-")
 	d := testenv.StartClockd(t, e.vars(map[string]string{"CLOCKD_INSTANCE_ID": id, "CLOCKD_LEASE_TTL": "30s"}))
-	db, err := sql.Open("mysql", e.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := e.openDB(t)
 	// wait until it holds its shards
 	deadline := time.Now().Add(20 * time.Second)
 	for {

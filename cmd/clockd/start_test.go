@@ -1,7 +1,6 @@
 package main
 
 import (
-	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -25,11 +24,7 @@ func TestConcurrentFirstStart(t *testing.T) {
 		n.WaitReady(90 * time.Second)
 	}
 
-	db, err := sql.Open("mysql", e.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := e.openDB(t)
 	rows, err := db.Query("SELECT version_id, COUNT(*) FROM goose_db_version GROUP BY version_id ORDER BY version_id")
 	if err != nil {
 		t.Fatal(err)

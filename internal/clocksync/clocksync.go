@@ -126,9 +126,6 @@ func (s *Sync) Local() time.Time { return s.wall() }
 // NewTimer is a real timer: durations are the same on either clock.
 func (s *Sync) NewTimer(d time.Duration) ring.Timer { return ring.RealClock{}.NewTimer(d) }
 
-// Behind is how far Now is behind the local wall clock (negative: ahead).
-func (s *Sync) Behind() time.Duration { return s.wall().Sub(s.Now()) }
-
 // Observe takes one reading: MySQL's clock said db for a query sent at the
 // local monotonic instant sent and answered at answered, when the local
 // wall clock said wallAt.

@@ -31,6 +31,19 @@ func (a oneAdmin) AuthenticateHash(_ context.Context, hash [32]byte) (auth.Princ
 	return auth.Principal{}, auth.ErrUnauthenticated
 }
 
+// adminConsole serves a console whose one admin token is secret, until the
+// test ends.
+func adminConsole(t *testing.T, secret string) *httptest.Server {
+	t.Helper()
+	con, err := console.New(console.Options{Auth: oneAdmin(secret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // cookieClient is a client with a cookie jar that shows redirects instead of
 // following them.
 func cookieClient() *http.Client {
@@ -94,12 +107,7 @@ func tailStatus(t *testing.T, base string, ck *http.Cookie) int {
 // cookie holds the token encoded now.
 func TestLoginWithAnyBootstrapTokenKeepsTheSession(t *testing.T) {
 	const secret = `Adm1n;Bootstrap"Token\2026`
-	con, err := console.New(console.Options{Auth: oneAdmin(secret)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	defer srv.Close()
+	srv := adminConsole(t, secret)
 	c := cookieClient()
 	if code, _ := logIn(t, c, srv.URL, secret); code != http.StatusSeeOther {
 		t.Fatalf("login with the admin token: %d", code)

@@ -3,12 +3,9 @@ package console_test
 import (
 	"encoding/base64"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
-
-	"github.com/clockd/clockd/internal/console"
 )
 
 // Logout ends the session on the server: a copy of the cookie taken
@@ -18,12 +15,7 @@ import (
 // revoked.
 func TestLogoutEndsTheSessionOnTheServer(t *testing.T) {
 	const secret = "clk_review-admin-token-0123456789abcdefghijkl"
-	con, err := console.New(console.Options{Auth: oneAdmin(secret)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	defer srv.Close()
+	srv := adminConsole(t, secret)
 	c := cookieClient()
 	_, stolen := logIn(t, c, srv.URL, secret)
 	if stolen == nil {
@@ -58,12 +50,7 @@ func TestLogoutEndsTheSessionOnTheServer(t *testing.T) {
 // for the rest of its 12 h.
 func TestLoginEndsThePreviousSession(t *testing.T) {
 	const secret = "clk_review-admin-token-0123456789abcdefghijkl"
-	con, err := console.New(console.Options{Auth: oneAdmin(secret)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	defer srv.Close()
+	srv := adminConsole(t, secret)
 	first := login(t, srv.URL, secret)
 	// log in again with the first session's cookie in the browser
 	c := cookieClient()

@@ -259,7 +259,7 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time, ahead
 	leases := l.feed.Leases(shards)
 	held := make(map[int]int64, len(leases))
 	kept := leases[:0]
-	leaseNow := l.leaseNow()
+	leaseNow := l.clk.Local()
 	for _, ls := range leases {
 		if l.feed.ValidUntil(ls.Shard, ls.Epoch).Sub(leaseNow) >= minLeft {
 			held[ls.Shard] = ls.Epoch

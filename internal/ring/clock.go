@@ -5,7 +5,11 @@ import "time"
 // Clock is the loop's source of time: the real clock by default, a fake one
 // in tests of the timer gate.
 type Clock interface {
+	// Now is the ring time: when a clock is due is judged by it.
 	Now() time.Time
+	// Local is the local clock, by which shard leases are reckoned
+	// (preload's ValidUntil); Now may be moved off it (clocksync).
+	Local() time.Time
 	NewTimer(d time.Duration) Timer
 }
 
@@ -24,6 +28,9 @@ type RealClock struct{}
 // Now returns time.Now().
 func (RealClock) Now() time.Time { return time.Now() }
 
+// Local returns time.Now().
+func (RealClock) Local() time.Time { return time.Now() }
+
 // NewTimer returns a time.Timer.
 func (RealClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
 
@@ -32,19 +39,3 @@ type realTimer struct{ t *time.Timer }
 func (t realTimer) C() <-chan time.Time        { return t.t.C }
 func (t realTimer) Stop() bool                 { return t.t.Stop() }
 func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
-
-// localClock is a Clock whose Now is moved off the local clock (clocksync:
-// the ring times are reckoned by MySQL's clock when the two differ). Shard
-// leases are reckoned by the local clock (preload's ValidUntil), so the
-// loop checks them against Local.
-type localClock interface {
-	Local() time.Time
-}
-
-// leaseNow is the time to check leases against: the local clock.
-func (l *Loop) leaseNow() time.Time {
-	if c, ok := l.clk.(localClock); ok {
-		return c.Local()
-	}
-	return l.clk.Now()
-}

@@ -23,6 +23,9 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
+// Local is Now: the fake loop clock is the local one.
+func (c *fakeClock) Local() time.Time { return c.Now() }
+
 // Advance moves the time forward by d and fires the timers due by then.
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()

@@ -107,7 +107,7 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 	var rings []Ring
 	var unclaim []alarm.Clock
 	var deadline time.Time
-	leaseNow := l.leaseNow()
+	leaseNow := l.clk.Local()
 	for _, c := range ready {
 		until := l.feed.ValidUntil(c.Shard, c.epoch)
 		if until.Sub(leaseNow) < l.cfg.MinLeaseLeft {
@@ -130,7 +130,7 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 	go func() {
 		defer func() { <-l.sem }()
 		// the loop's clock, not the wall clock, reckons the lease
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(l.leaseNow()))
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(l.clk.Local()))
 		pubStart := l.clk.Now()
 		for _, r := range rings {
 			if r.Attempt == 1 {
