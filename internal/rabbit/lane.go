@@ -289,8 +289,8 @@ func (p *Publisher) publishBatch(ctx context.Context, msgs []Message, at []time.
 	if reason := s.blockedReason(); reason != "" {
 		return p.failAll(errs, fmt.Errorf("%w: %w: connection blocked by broker: %s", ErrUnavailable, ErrNotSent, reason))
 	}
-	if err := ctx.Err(); err != nil {
-		return p.failAll(errs, notSent(ctxError(err)))
+	if ctx.Err() != nil {
+		return p.failAll(errs, notSent(ctxError(context.Cause(ctx))))
 	}
 
 	for i := range errs {
@@ -334,7 +334,7 @@ func (p *Publisher) publishBatch(ctx context.Context, msgs []Message, at []time.
 				s.kill(err)
 			}
 		case <-ctx.Done():
-			l.abandon(b, ctxError(ctx.Err()))
+			l.abandon(b, ctxError(context.Cause(ctx)))
 		}
 		t.Stop()
 	}
@@ -359,8 +359,8 @@ func (l *lane) publish(ctx context.Context, b *batch, msgs []Message) stop {
 	for i := range msgs {
 		m := &msgs[i]
 		if i&63 == 63 {
-			if err := ctx.Err(); err != nil {
-				return stop{i, ctxError(err)}
+			if ctx.Err() != nil {
+				return stop{i, ctxError(context.Cause(ctx))}
 			}
 		}
 		id := strconv.FormatInt(m.ID, 10)

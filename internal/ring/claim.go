@@ -292,13 +292,18 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time, ahead
 		l.claimTook(took)
 	}
 	if err != nil {
+		// cut short by the shutdown: not a failure of MySQL (counted, it
+		// was logged as "claims work again" as the loop stopped)
+		shutdown := errors.Is(err, context.Canceled) && ctx.Err() != nil
 		// Claiming pauses (capped backoff) before the dues go back and the
 		// claim is remembered as lost: the claimer must see the pause no
 		// later than either, or it would claim or release again at once.
-		l.mu.Lock()
-		l.claimFailures++
-		l.pauseUntil = l.clk.Now().Add(min(time.Duration(l.claimFailures)*100*time.Millisecond, 2*time.Second))
-		l.mu.Unlock()
+		if !shutdown {
+			l.mu.Lock()
+			l.claimFailures++
+			l.pauseUntil = l.clk.Now().Add(min(time.Duration(l.claimFailures)*100*time.Millisecond, 2*time.Second))
+			l.mu.Unlock()
+		}
 		// The claim may have been applied: the claimer releases it before
 		// it claims again, else its clocks stay firing until the firing
 		// timeout. Until then they wait in memory.
@@ -312,7 +317,7 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time, ahead
 		l.lostMu.Lock()
 		l.lost = append(l.lost, lc)
 		l.lostMu.Unlock()
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		if shutdown {
 			return nil
 		}
 		return err

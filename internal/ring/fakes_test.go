@@ -275,7 +275,7 @@ type fakePub struct {
 type pubCall struct {
 	at    time.Time
 	rings []Ring
-	left  time.Duration // until the ctx's deadline (0: none)
+	ended error // why ctx ended the wait at the gate (nil: the gate opened)
 }
 
 func (p *fakePub) Ready() error {
@@ -293,20 +293,30 @@ func (p *fakePub) setReady(err error) {
 func (p *fakePub) Publish(ctx context.Context, rings []Ring) []Result {
 	p.mu.Lock()
 	call := pubCall{at: p.clk.Now(), rings: slices.Clone(rings)}
-	if dl, ok := ctx.Deadline(); ok {
-		call.left = time.Until(dl)
-	}
 	p.calls = append(p.calls, call)
+	n := len(p.calls) - 1
 	gate, result := p.gate, p.result
 	p.mu.Unlock()
+	var ended error
 	if gate != nil {
-		<-gate
+		// the broker's confirms: until the gate opens, or the caller ends the wait
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			ended = context.Cause(ctx)
+			p.mu.Lock()
+			p.calls[n].ended = ended
+			p.mu.Unlock()
+		}
 	}
 	res := make([]Result, len(rings))
 	at := p.clk.Now()
 	for i, r := range rings {
 		res[i].At = at
-		if result != nil {
+		switch {
+		case ended != nil:
+			res[i].Err = ended
+		case result != nil:
 			res[i].Err = result(r)
 		}
 	}

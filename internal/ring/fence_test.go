@@ -1,8 +1,13 @@
 package ring
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -166,6 +171,8 @@ func TestPublishBoundedByLease(t *testing.T) {
 				t.Errorf("clock 1: %s with %d attempts, want pending with none", row.Status, row.Attempts)
 			}
 
+			// the confirms do not come: the wait ends with the lease
+			h.pub.gate = make(chan struct{})
 			h.feed.setUntil(t0.Add(ahead + 4*time.Second))
 			h.add(alarm.Clock{ID: 2, Shard: 1, RingAt: t0.Add(2 * time.Second)})
 			h.advance(time.Second)
@@ -173,9 +180,108 @@ func TestPublishBoundedByLease(t *testing.T) {
 			if len(pubs) != 1 || pubs[0].rings[0].Clock.ID != 2 {
 				t.Fatalf("local clock %s ahead: publishes %v, want clock 2", ahead, pubs)
 			}
-			if pubs[0].left <= 0 || pubs[0].left > 2*time.Second {
-				t.Errorf("local clock %s ahead: the publish may wait %v for confirms; want at most the 2s of lease left", ahead, pubs[0].left)
+			h.advance(2*time.Second - time.Millisecond)
+			if err := h.pub.published()[0].ended; err != nil {
+				t.Fatalf("local clock %s ahead: the wait for confirms ended with 1 ms of lease left: %v", ahead, err)
+			}
+			h.advance(time.Millisecond)
+			if err := h.pub.published()[0].ended; !errors.Is(err, errLeaseEnded) {
+				t.Fatalf("local clock %s ahead: the wait for confirms at the lease's end: %v; want it ended by the lease", ahead, err)
+			}
+			h.advance(100 * time.Millisecond)
+			if row := h.store.row(2); row.Status != alarm.StatusPending || row.Attempts != 1 {
+				t.Errorf("clock 2: %s with %d attempts, want pending with one (failed, retried)", row.Status, row.Attempts)
 			}
 		})
 	}
+}
+
+// A confirm slower than the lease as reckoned at the publish, while the
+// lease is renewed meanwhile: the wait goes on as long as the lease does.
+// It ended at the lease's end as first reckoned, and a ring the broker
+// was about to confirm was counted failed, retried, and delivered twice.
+func TestPublishWaitFollowsLeaseRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{MinLeaseLeft: 200 * time.Millisecond})
+		h.pub.gate = make(chan struct{})
+		h.feed.setUntil(t0.Add(3 * time.Second))
+		h.add(alarm.Clock{ID: 1, Shard: 1, RingAt: t0.Add(time.Second)})
+		h.advance(time.Second)
+		if n := len(h.pub.published()); n != 1 {
+			t.Fatalf("%d publishes, want 1", n)
+		}
+		// renewed every 750 ms, 2.4 s ahead, as the lease keeper does
+		for range 8 {
+			h.feed.setUntil(h.clk.Now().Add(2400 * time.Millisecond))
+			h.advance(750 * time.Millisecond)
+		}
+		if err := h.pub.published()[0].ended; err != nil {
+			t.Fatalf("the wait for confirms ended %v after the publish although the lease was renewed: %v", 6*time.Second, err)
+		}
+		close(h.pub.gate)
+		synctest.Wait()
+		h.advance(100 * time.Millisecond)
+		if row := h.store.row(1); row.Status != alarm.StatusRung || row.Attempts != 1 {
+			t.Errorf("clock 1: %s with %d attempts, want rung at the first", row.Status, row.Attempts)
+		}
+		// and once renewals stop, the wait ends with the lease
+		h.pub.gate = make(chan struct{})
+		h.add(alarm.Clock{ID: 2, Shard: 1, RingAt: h.clk.Now().Add(time.Second)})
+		h.advance(time.Second)
+		h.advance(1400*time.Millisecond + time.Millisecond)
+		if err := h.pub.published()[1].ended; !errors.Is(err, errLeaseEnded) {
+			t.Fatalf("the wait for confirms past the lease's end: %v; want it ended by the lease", err)
+		}
+	})
+}
+
+// A failed ring attempt, which may have reached the broker and may be
+// delivered twice, is logged: once per result every 10 s, the next line
+// counting those held back. It went unlogged.
+func TestFailedAttemptsAreLoggedSparingly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf syncBuffer
+		h := newHarness(t, Config{
+			Logger:      slog.New(slog.NewJSONHandler(&buf, nil)),
+			ResultLabel: func(error) string { return "timeout" },
+		})
+		h.pub.result = func(Ring) error { return errors.New("no confirm") }
+		for i := range 50 {
+			h.add(alarm.Clock{ID: int64(i + 1), Shard: 1, RingAt: h.clk.Now().Add(time.Duration(i+1) * 100 * time.Millisecond)})
+		}
+		h.advance(5 * time.Second)
+		if n := strings.Count(buf.String(), "ring attempts failed"); n != 1 {
+			t.Fatalf("%d lines for 50 failed attempts within 5 s, want 1:\n%s", n, buf.String())
+		}
+		h.advance(10 * time.Second) // the retries fail too
+		for i := range 3 {          // 10 s after the first line
+			h.add(alarm.Clock{ID: int64(100 + i), Shard: 1, RingAt: h.clk.Now().Add(time.Second)})
+		}
+		h.advance(time.Second)
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		if len(lines) != 2 || !strings.Contains(lines[1], `"result":"timeout"`) || !strings.Contains(lines[1], `"like_failures_not_logged":`) {
+			t.Fatalf("10 s after the first line, want a second line counting those held back:\n%s", buf.String())
+		}
+		if strings.Contains(lines[1], `"like_failures_not_logged":0`) {
+			t.Errorf("the second line counts none held back:\n%s", lines[1])
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for the loop's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -3,6 +3,9 @@ package ring
 import (
 	"container/heap"
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
@@ -107,6 +110,7 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 	var rings []Ring
 	var unclaim []alarm.Clock
 	var deadline time.Time
+	var leases []alarm.Lease
 	leaseNow := l.clk.Local()
 	for _, c := range ready {
 		until := l.feed.ValidUntil(c.Shard, c.epoch)
@@ -116,6 +120,9 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 		}
 		if deadline.IsZero() || until.Before(deadline) {
 			deadline = until
+		}
+		if !slices.Contains(leases, alarm.Lease{Shard: c.Shard, Epoch: c.epoch}) {
+			leases = append(leases, alarm.Lease{Shard: c.Shard, Epoch: c.epoch})
 		}
 		// the attempts before a replay count: a replayed clock's ring is a repeat
 		rings = append(rings, Ring{Clock: c.Clock, Attempt: max(c.Attempts, 1) + c.ReplayedAttempts})
@@ -129,8 +136,7 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 	}
 	go func() {
 		defer func() { <-l.sem }()
-		// the loop's clock, not the wall clock, reckons the lease
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(l.clk.Local()))
+		pctx, cancel := l.leaseBound(ctx, leases, deadline)
 		pubStart := l.clk.Now()
 		for _, r := range rings {
 			if r.Attempt == 1 {
@@ -145,6 +151,8 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 		var advance []alarm.Advance
 		var failed []alarm.Outcome
 		var failedClocks, notSent []alarm.Clock
+		failedBy := map[string]int{}
+		failedErr := map[string]error{}
 		for i, r := range res {
 			c := rings[i].Clock
 			at := r.At
@@ -168,7 +176,14 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 				}
 				continue
 			}
-			l.m.rings.WithLabelValues(l.cfg.ResultLabel(r.Err)).Inc()
+			label := l.cfg.ResultLabel(r.Err)
+			l.m.rings.WithLabelValues(label).Inc()
+			if label != "unroutable" { // the publisher says why, per application
+				failedBy[label]++
+				if failedErr[label] == nil {
+					failedErr[label] = r.Err
+				}
+			}
 			o := l.cfg.Retry.Outcome(c, at, r.Err)
 			if o.Status != alarm.StatusPending {
 				l.m.rings.WithLabelValues(string(o.Status)).Inc()
@@ -181,6 +196,13 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 			failed = append(failed, o)
 			failedClocks = append(failedClocks, c)
 		}
+		for label, n := range failedBy {
+			// may have reached the broker: a retry can deliver them twice
+			if ok, heldBack := l.failLog.Allow(label, n); ok {
+				l.log.Warn("ring attempts failed; their clocks are retried, and consumers may get them twice",
+					"result", label, "clocks", n, "err", failedErr[label], "like_failures_not_logged", heldBack)
+			}
+		}
 		l.m.rings.WithLabelValues("rung").Add(float64(len(rung) + len(advance)))
 		l.report(func(r *results) {
 			r.rung = append(r.rung, rung...)
@@ -190,4 +212,64 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 			r.unclaim = append(r.unclaim, notSent...)
 		})
 	}()
+}
+
+// errLeaseEnded ends the wait for a batch's confirms: the lease of one of
+// its clocks' shards ended by this instance's reckoning.
+var errLeaseEnded = fmt.Errorf("the lease of the clock's shard ended before the broker confirmed the ring: %w", context.DeadlineExceeded)
+
+// leaseBound returns the context a batch is published under: not cancelled
+// by the loop's shutdown (rings in flight finish), and ended (with
+// errLeaseEnded as its cause) when the first of the batch's leases ends by
+// the local clock, as renewed meanwhile. A deadline fixed at the publish
+// (the leases' end as then reckoned, 0.8 to 0.55 of the TTL away) gave up
+// on confirms that took longer although every lease had been renewed
+// since: under load a slow confirm made a failed attempt, and its clocks
+// were rung twice (TestClusterJoinLeaveStorm, once in seven CI runs). A
+// lease this instance no longer holds (handed over, lost) is not renewed:
+// its last reckoning stands.
+func (l *Loop) leaseBound(ctx context.Context, leases []alarm.Lease, until time.Time) (context.Context, context.CancelFunc) {
+	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := make(chan struct{})
+	go func() {
+		t := l.clk.NewTimer(until.Sub(l.clk.Local()))
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C():
+			}
+			if next := l.leasesEnd(leases, until); next.After(l.clk.Local()) {
+				until = next
+				t.Reset(next.Sub(l.clk.Local()))
+				continue
+			}
+			cancel(errLeaseEnded)
+			return
+		}
+	}()
+	return pctx, func() {
+		close(stop)
+		cancel(errors.New("publish done"))
+	}
+}
+
+// leasesEnd is when the first of leases ends as reckoned now: later than
+// until when every one of them was renewed since, else until.
+func (l *Loop) leasesEnd(leases []alarm.Lease, until time.Time) time.Time {
+	var end time.Time
+	for _, ls := range leases {
+		v := l.feed.ValidUntil(ls.Shard, ls.Epoch)
+		if v.IsZero() {
+			return until // no longer held here: not renewed
+		}
+		if end.IsZero() || v.Before(end) {
+			end = v
+		}
+	}
+	if end.After(until) {
+		return end
+	}
+	return until
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/lograte"
 )
 
 // Store is what the ring loop needs of MySQL.
@@ -154,6 +155,8 @@ type Loop struct {
 	lostMu sync.Mutex
 	lost   []lostClaim // claims of unknown outcome, released before the next claim
 
+	failLog *lograte.Limiter // failed ring attempts, per result
+
 	m metrics
 }
 
@@ -237,6 +240,7 @@ func New(cfg Config, q *Queue, store Store, pub Publisher, feed Feeder) *Loop {
 	}
 	l := &Loop{
 		cfg: cfg, q: q, store: store, pub: pub, feed: feed, log: cfg.Logger, clk: cfg.Clock,
+		failLog:   lograte.New(10*time.Second, cfg.Clock.Now),
 		clocks:    map[int64]claimed{},
 		flights:   map[int64]flight{},
 		perShard:  map[int]int{},
