@@ -145,3 +145,43 @@ func TestRevokedWritePermissionIsLoggedOnceAMinute(t *testing.T) {
 		t.Errorf("after the permission was restored, %d of %d rang", cons.Distinct(), len(clocks))
 	}
 }
+
+// The broker confirms late: 2.5 s after each publish (a proxy holds what
+// RabbitMQ sends), longer than was left of the shard's lease when each
+// batch was published (lease_ttl 3 s: renewed every 0.75 s, 2.4 s ahead),
+// shorter than amqp.confirm_timeout. The lease is renewed all the while,
+// so the wait goes on and every clock rings once, at its first attempt.
+// Before, the wait ended at the lease's end as reckoned at the publish:
+// every ring counted as a failed attempt, was retried, and was delivered
+// again and again (what made TestClusterJoinLeaveStorm ring 64 clocks twice
+// once, on a loaded machine).
+func TestSlowConfirmsUnderARenewedLeaseRingOnce(t *testing.T) {
+	e := newEnv(t)
+	e.AMQP = testenv.Vhost(t)
+	proxy := testenv.StartProxy(t, amqpHostPort(t, e.AMQP))
+	d := testenv.StartClockd(t, e.vars(map[string]string{"CLOCKD_AMQP_URL": amqpViaProxy(t, e.AMQP, proxy.Addr),
+		"CLOCKD_LEASE_TTL": "3s", "CLOCKD_AMQP_CONFIRM_TIMEOUT": "10s",
+		"CLOCKD_RETRY_MIN": "200ms", "CLOCKD_RETRY_MAX": "1s"}))
+	cons := testenv.Consume(t, e.AMQP, e.Exchange, "slow")
+	proxy.SetDelay(2500 * time.Millisecond)
+	clocks := postClocks(t, d, spreadSpecs("slow", "s", 20, time.Now().Add(time.Second), 2*time.Second))
+	if !waitReceived(cons, clocks, 20*time.Second) {
+		t.Errorf("%d of %d clocks never rang", len(judge(cons, clocks).missing()), len(clocks))
+	}
+	time.Sleep(4 * time.Second) // a retry of any would arrive meanwhile
+	j := judge(cons, clocks)
+	t.Logf("confirms 2.5 s late: %s", j)
+	j.check(t)
+	if j.dups > 0 {
+		t.Errorf("%d duplicate deliveries: slow confirms under a renewed lease were counted as failed attempts", j.dups)
+	}
+	for _, c := range clocks {
+		got := waitClock(t, d, "slow", c.BusinessID, 10*time.Second, "rung", isRung)
+		if got.Attempts != 1 {
+			t.Errorf("%s: rung after %d attempts, want 1", c.BusinessID, got.Attempts)
+		}
+	}
+	if strings.Contains(d.Logs(), "ring attempts failed") {
+		t.Errorf("failed attempts logged:\n%s", d.Logs())
+	}
+}

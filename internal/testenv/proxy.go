@@ -31,6 +31,7 @@ type Proxy struct {
 	links  map[*link]struct{}
 	gate   chan struct{} // non-nil while stalled; closed by Resume
 	trap   *trap         // armed by CutOn
+	delay  atomic.Int64  // ns: what the target sends reaches the client this much later
 	wg     sync.WaitGroup
 }
 
@@ -74,6 +75,38 @@ type link struct {
 	once   sync.Once
 	closed chan struct{}
 	mute   atomic.Bool // drop what the target answers (a trap went off)
+}
+
+// SetDelay holds everything the target sends from now on for d before the
+// client gets it, in order (a slow link, a broker that confirms late); what
+// the client sends is not held. It does not slow the stream down: a chunk
+// is held d from when it was read, not from when the one before it was
+// delivered. 0 ends it.
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// delayed is a chunk the target sent, due to the client at due.
+type delayed struct {
+	b   []byte
+	due time.Time
+}
+
+// deliver writes the chunks of in to dst, each held until it is due.
+func (l *link) deliver(dst net.Conn, in <-chan delayed) {
+	for ch := range in {
+		if wait := time.Until(ch.due); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-l.closed:
+				t.Stop()
+				return
+			}
+		}
+		if _, err := dst.Write(ch.b); err != nil {
+			l.close()
+			return
+		}
+	}
 }
 
 func (l *link) close() {
@@ -244,6 +277,12 @@ func (p *Proxy) pipe(c net.Conn) {
 // stalled, until either side fails or the link is closed.
 func (p *Proxy) copy(l *link, dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
+	var held chan delayed // what the target sends goes through deliver (SetDelay)
+	if src == l.up {
+		held = make(chan delayed, 4096)
+		defer close(held)
+		go l.deliver(dst, held)
+	}
 	for {
 		if !p.await(l) {
 			return
@@ -266,7 +305,13 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 					return
 				}
 			}
-			if muted := src == l.up && l.mute.Load(); !muted {
+			if held != nil && !l.mute.Load() {
+				select {
+				case held <- delayed{b: bytes.Clone(buf[:n]), due: time.Now().Add(time.Duration(p.delay.Load()))}:
+				case <-l.closed:
+					return
+				}
+			} else if muted := src == l.up && l.mute.Load(); !muted {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
 				}

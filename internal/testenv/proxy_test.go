@@ -190,3 +190,31 @@ func TestProxyCutRestore(t *testing.T) {
 	b := dialLine(t, p.Addr)
 	wantLine(t, b, "hello\n")
 }
+
+// SetDelay holds what the target sends, not what the client sends, and
+// holds each chunk from when it was read: two answers asked for 200 ms
+// apart arrive 200 ms apart, each 500 ms late.
+func TestProxyDelay(t *testing.T) {
+	p := StartProxy(t, greetEcho(t))
+	p.SetDelay(500 * time.Millisecond)
+	c := dialLine(t, p.Addr)
+	start := time.Now()
+	wantLine(t, c, "hello\n")
+	if d := time.Since(start); d < 500*time.Millisecond || d > 900*time.Millisecond {
+		t.Fatalf("greeting after %v, want 500 ms", d)
+	}
+	sent := time.Now()
+	c.send(t, "one\n")
+	time.Sleep(200 * time.Millisecond)
+	c.send(t, "two\n")
+	wantLine(t, c, "one\n")
+	first := time.Since(sent)
+	wantLine(t, c, "two\n")
+	second := time.Since(sent)
+	if first < 500*time.Millisecond || first > 900*time.Millisecond {
+		t.Errorf("first answer after %v, want 500 ms", first)
+	}
+	if gap := second - first; gap < 150*time.Millisecond || gap > 450*time.Millisecond {
+		t.Errorf("answers %v apart, want 200 ms (held from their reading, not one after the other)", gap)
+	}
+}
