@@ -197,9 +197,8 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 			failedClocks = append(failedClocks, c)
 		}
 		for label, n := range failedBy {
-			// may have reached the broker: a retry can deliver them twice
 			if ok, heldBack := l.failLog.Allow(label, n); ok {
-				l.log.Warn("ring attempts failed; their clocks are retried, and consumers may get them twice",
+				l.log.Warn("ring attempts failed; their clocks are retried (one whose confirm was lost may reach its consumer twice)",
 					"result", label, "clocks", n, "err", failedErr[label], "like_failures_not_logged", heldBack)
 			}
 		}
