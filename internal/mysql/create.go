@@ -586,6 +586,13 @@ func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Tx, batch []item, token 
 		}
 		if ex, ok := existing[k]; ok {
 			res, rearm := s.decide(*it.clock(), ex.clock(), it.req.now)
+			if rearm {
+				// a retry of a create whose clock was re-armed since
+				res, rearm, err = s.retryOfArchived(ctx, tx, *it.clock(), it.req.now)
+				if err != nil {
+					return nil, err
+				}
+			}
 			if !rearm {
 				out[j] = res
 				continue
@@ -621,6 +628,32 @@ func (s *Store) decide(n alarm.NewClock, ex alarm.Clock, now time.Time) (alarm.C
 		return alarm.CreateResult{Clock: ex}, false
 	}
 	return alarm.CreateResult{}, true
+}
+
+// retryOfArchived answers a create that would re-arm its key when it is a
+// retry of the create of one of the key's earlier clocks, re-armed since
+// and so already in clock_history, within the idempotency window of that
+// clock's creation: 200 with that clock, and nothing rings again. (A clock
+// within the window is still in clock unless its key was re-armed: the
+// retentions are at least the window.) Only re-arming creates ask, by the
+// key's index, a few rows at most.
+func (s *Store) retryOfArchived(ctx context.Context, tx *sqlx.Tx, n alarm.NewClock, now time.Time) (alarm.CreateResult, bool, error) {
+	if s.cfg.NoHistory || s.cfg.IdempotencyWindow <= 0 {
+		return alarm.CreateResult{}, true, nil
+	}
+	var rows []historyRow
+	err := tx.SelectContext(ctx, &rows, "SELECT "+clockCols+", finish_time FROM clock_history FORCE INDEX (idx_clock_history_key)"+
+		" WHERE application = ? AND business_id = ? AND occurrence_of IS NULL AND create_time > ? ORDER BY id DESC LIMIT 100",
+		n.Application, n.BusinessID, ms(now.Add(-s.cfg.IdempotencyWindow)))
+	if err != nil {
+		return alarm.CreateResult{}, false, fmt.Errorf("look for the clock a retry made in history: %w", mapErr(err))
+	}
+	for _, r := range rows {
+		if c := r.clock(); n.Same(c) && now.Sub(c.CreatedAt) < s.cfg.IdempotencyWindow {
+			return alarm.CreateResult{Clock: c}, false, nil
+		}
+	}
+	return alarm.CreateResult{}, true, nil
 }
 
 // resolveCreate finds out whether a batch whose COMMIT answer was lost was
