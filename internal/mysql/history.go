@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -310,36 +311,88 @@ func (s *Store) LeaseHolder(ctx context.Context, name string) (string, error) {
 	return owner.String, nil
 }
 
-// exactCountUpTo: a status with at most this many clocks is counted
-// exactly (an index range of idx_clock_status_update, a few ms); above it
-// the count is InnoDB's estimate for the same range (a few index dives,
-// within a few per cent), so that the statement takes the same short time
-// whatever the size of the table.
+// exactCountUpTo bounds the firing clocks counted (see countClaimed) and
+// the console's exact counts per application.
 const exactCountUpTo = 10_000
 
-// CountClocks counts clocks per status in clock, cheaply at any size: a count above
-// exactCountUpTo is an estimate. The status column holds 'pending' for
-// pending and firing clocks alike (a claim sets only claim_token): the
-// firing ones are counted among the pending clocks already due (a claim
-// is made at most ring.claim_ahead early), reading at most exactCountUpTo
-// of them (a backlog of more makes the firing count a lower bound), and
-// taken off the pending count.
+// countChunk is how many index entries of idx_clock_status_update one
+// counting statement reads (20-40 ms here), and countBudget how many
+// statements a status gets per CountClocks: a status of N clocks is
+// counted anew every N / (countChunk * countBudget) calls.
+var (
+	countChunk  = 50_000
+	countBudget = 20
+)
+
+// countForget: a pass left alone this long (the janitor lease was
+// elsewhere) starts again, and its last count is forgotten.
+const countForget = 2 * time.Minute
+
+// countPass is a count of one status under way: the clocks counted so far,
+// up to the cursor (update_time, id) in idx_clock_status_update.
+type countPass struct {
+	n      int64
+	at, id int64
+}
+
+// counts is the state of CountClocks: the pass under way per status, and
+// the last complete count (-1 before the first).
+type counts struct {
+	mu   sync.Mutex
+	pass map[alarm.Status]*countPass
+	last map[alarm.Status]int64
+	at   time.Time // of the last call
+}
+
+// CountClocks counts the clocks in clock per status exactly, without
+// reading a large table at once: each status is counted along
+// idx_clock_status_update in statements of countChunk index entries, at
+// most countBudget of them per call; a count that needs more goes on at the
+// next call (the janitor's, every 30 s) from where it stopped, and until it
+// is complete the status's last complete count stands (the clocks counted
+// so far, before the first; and after countForget without a call). InnoDB's row estimate, the figure before, was
+// twice the real count on MariaDB 10.11 for statuses of 20,000 to 50,000
+// clocks. The status column holds 'pending' for pending and firing clocks
+// alike (a claim sets only claim_token): the firing ones are counted among
+// the pending clocks already due (a claim is made at most ring.claim_ahead
+// early), reading at most exactCountUpTo of them (a backlog of more makes
+// the firing count a lower bound), and taken off the pending count.
 func (s *Store) CountClocks(ctx context.Context) (map[alarm.Status]int64, error) {
+	s.counts.mu.Lock()
+	defer s.counts.mu.Unlock()
+	if s.counts.pass == nil || time.Since(s.counts.at) > countForget {
+		s.counts.pass = map[alarm.Status]*countPass{}
+		s.counts.last = map[alarm.Status]int64{}
+	}
+	s.counts.at = time.Now()
 	out := map[alarm.Status]int64{}
 	for _, st := range []alarm.Status{alarm.StatusPending, alarm.StatusFiring, alarm.StatusRung, alarm.StatusCancelled, alarm.StatusExpired, alarm.StatusDead} {
-		var n int64
-		if err := s.db.GetContext(ctx, &n, "SELECT COUNT(*) FROM (SELECT 1 FROM clock WHERE status = ? LIMIT ?) t",
-			string(st), exactCountUpTo+1); err != nil {
-			return nil, fmt.Errorf("count %s clocks: %w", st, mapErr(err))
+		p := s.counts.pass[st]
+		if p == nil {
+			p = &countPass{at: -1}
+			s.counts.pass[st] = p
 		}
-		if n > exactCountUpTo {
-			est, err := s.estimateRows(ctx, "SELECT 1 FROM clock WHERE status = ?", string(st))
+		done := false
+		for range countBudget {
+			n, at, id, end, err := s.countFrom(ctx, st, p.at, p.id)
 			if err != nil {
-				return nil, fmt.Errorf("estimate %s clocks: %w", st, err)
+				return nil, fmt.Errorf("count %s clocks: %w", st, err)
 			}
-			n = max(est, n)
+			p.n, p.at, p.id = p.n+n, at, id
+			if end {
+				done = true
+				break
+			}
 		}
-		out[st] = n
+		if done {
+			s.counts.last[st] = p.n
+			*p = countPass{at: -1}
+		}
+		if last, ok := s.counts.last[st]; ok {
+			out[st] = last
+		} else {
+			out[st] = p.n
+		}
 	}
 	claimed, err := s.countClaimed(ctx, "", time.Now())
 	if err != nil {
@@ -348,6 +401,31 @@ func (s *Store) CountClocks(ctx context.Context) (map[alarm.Status]int64, error)
 	out[alarm.StatusFiring] += claimed
 	out[alarm.StatusPending] = max(0, out[alarm.StatusPending]-claimed)
 	return out, nil
+}
+
+// countFrom counts up to countChunk clocks in status st after the cursor
+// (afterAt, afterID) in idx_clock_status_update order, and returns the
+// cursor after them; end when that was the last of the status. Two index
+// ranges at most, no row read: the countChunk-th entry, then (when there
+// is none) the count of the rest.
+func (s *Store) countFrom(ctx context.Context, st alarm.Status, afterAt, afterID int64) (n, at, id int64, end bool, err error) {
+	const after = "status = ? AND (update_time > ? OR (update_time = ? AND id > ?))"
+	var last struct {
+		At int64 `db:"update_time"`
+		ID int64 `db:"id"`
+	}
+	err = s.db.GetContext(ctx, &last, "SELECT update_time, id FROM clock WHERE "+after+
+		" ORDER BY update_time, id LIMIT 1 OFFSET ?", string(st), afterAt, afterAt, afterID, countChunk-1)
+	switch {
+	case err == nil:
+		return int64(countChunk), last.At, last.ID, false, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return 0, 0, 0, false, mapErr(err)
+	}
+	if err := s.db.GetContext(ctx, &n, "SELECT COUNT(*) FROM clock WHERE "+after, string(st), afterAt, afterAt, afterID); err != nil {
+		return 0, 0, 0, false, mapErr(err)
+	}
+	return n, afterAt, afterID, true, nil
 }
 
 // countClaimed counts the claimed pending clocks (firing, see claimedBy) of

@@ -165,6 +165,8 @@ type Store struct {
 	batchRows prometheus.Histogram
 	batchDur  prometheus.Histogram
 
+	counts counts // CountClocks' passes
+
 	// consecutiveIDs: the server hands a multi-row INSERT consecutive ids
 	// (innodb_autoinc_lock_mode 0 or 1, auto_increment_increment 1), so the
 	// ids follow from LAST_INSERT_ID() without a second round trip.
