@@ -131,10 +131,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Forward: hints.Send, Logger: log, Registerer: reg,
 		LeaseMargin: cfg.Ring.ClaimAheadMax + ring.DefaultMinLeaseLeft,
 		Drain:       func(ctx context.Context, shards []int) error { return loop.Drain(ctx, shards) },
-		Held:        func() []int64 { return loop.Held() },
-		Report:      instanceStats(store, cfg.Cluster.InstanceID, queue),
-		CanRing:     pub.Ready,
-		Now:         clk.Now,
+		// a ring in flight waits at most amqp.confirm_timeout for its
+		// confirm, and its outcome is recorded at once after it
+		DrainTimeout: max(cfg.Cluster.LeaseTTL/2, cfg.AMQP.ConfirmTimeout+2*time.Second),
+		Held:         func() []int64 { return loop.Held() },
+		Report:       instanceStats(store, cfg.Cluster.InstanceID, queue),
+		CanRing:      pub.Ready,
+		Now:          clk.Now,
 	}, store, queue)
 	loop = ring.New(ring.Config{
 		ClaimAhead: cfg.Ring.ClaimAhead, ClaimAheadMax: cfg.Ring.ClaimAheadMax, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,

@@ -38,9 +38,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			failures = 0
 		}
-		// a tick from the round's start: a round that drained shards it
-		// handed over (up to DrainTimeout) renews the kept ones again in
-		// time
+		// a tick from the round's start
 		select {
 		case <-ctx.Done():
 			m.shutdown()
@@ -197,15 +195,23 @@ func (m *Manager) round(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	validUntil := start.Add(ttl - ttl/5)
+	// Shards being handed over are renewed too (they are this instance's
+	// until released): their rings in flight are waited for while the
+	// lease lasts. They count no more in this instance's share.
+	leases = m.renewHanding(leases, validUntil)
 	want := share(m.cfg.Shards, live, m.cfg.InstanceID, st, len(leases))
 	var give []int
 	if extra := len(leases) - want; extra > 0 {
 		// hand the highest shards over: stop ringing them first; they are
-		// drained and released at the end of the round (handOver), once
-		// the kept shards' leases count as renewed here
+		// drained and released in the background (handOver), their leases
+		// renewed meanwhile by the rounds
+		m.mu.Lock()
 		for _, l := range leases[len(leases)-extra:] {
 			give = append(give, l.Shard)
+			m.handing[l.Shard] = &handOff{epoch: l.Epoch, until: validUntil}
 		}
+		m.mu.Unlock()
 		for _, s := range give {
 			m.stopLoader(s)
 		}
@@ -215,7 +221,6 @@ func (m *Manager) round(ctx context.Context) error {
 			return err
 		}
 	}
-	validUntil := start.Add(ttl - ttl/5)
 	held := map[int]alarm.Lease{}
 	for _, l := range leases {
 		held[l.Shard] = l
@@ -264,9 +269,11 @@ func (m *Manager) round(ctx context.Context) error {
 		m.log.Info("acquired shards", "shards", gained, "live_instances", len(live))
 	}
 	if len(give) > 0 {
-		if err := m.handOver(give, len(live)); err != nil {
-			return err
-		}
+		m.handovers.Add(1)
+		go func() {
+			defer m.handovers.Done()
+			m.handOver(give, len(live))
+		}()
 	}
 	m.mu.Lock()
 	m.lastOK = time.Now()
@@ -276,14 +283,48 @@ func (m *Manager) round(ctx context.Context) error {
 	return nil
 }
 
+// handOff is a shard given up for a rebalance and not yet released: its
+// lease is still this instance's, renewed by the rounds until release.
+type handOff struct {
+	epoch    int64
+	until    time.Time // the lease's end by the local reckoning
+	released time.Time // when the release began; zero before
+}
+
+// renewHanding takes the shards being handed over out of leases (the
+// leases a round renewed), and counts their renewal: validUntil.
+func (m *Manager) renewHanding(leases []alarm.Lease, validUntil time.Time) []alarm.Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for s, h := range m.handing {
+		if !h.released.IsZero() && time.Since(h.released) > 2*m.cfg.LeaseTTL {
+			delete(m.handing, s) // released long ago: no ring waits on it
+		}
+	}
+	kept := leases[:0]
+	for _, l := range leases {
+		if h, ok := m.handing[l.Shard]; ok && h.epoch == l.Epoch {
+			if h.released.IsZero() {
+				h.until = validUntil
+			}
+			continue
+		}
+		kept = append(kept, l)
+	}
+	return kept
+}
+
 // handOver drains the shards given up (their loaders stopped), then
 // releases them: the next owner must find none of their clocks armed or in
-// flight here, or it recovers and rings them a second time. It runs after
-// the rest of the round, with its own deadlines: a drain that waits for
-// slow confirms (up to DrainTimeout) neither delays the kept shards'
-// renewal nor leaves the round's context spent for the release (the
-// shards would stay leased here, with nobody ringing them).
-func (m *Manager) handOver(give []int, live int) error {
+// flight here, or it recovers and rings them a second time. It runs in the
+// background while the rounds go on renewing every lease, the shards
+// handed over included, so that a drain that waits for slow confirms (up
+// to DrainTimeout) neither lets the kept leases lapse nor ends the wait for
+// the confirms of the shards handed over before their lease does. (Run at
+// the end of the round, the drain had to stop at half the TTL, and the
+// shards' last reckoning was the round before's: confirms slower than
+// that were failed attempts, rung again by the next owner.)
+func (m *Manager) handOver(give []int, live int) {
 	if m.cfg.Drain != nil {
 		dctx, cancel := context.WithTimeout(context.Background(), m.cfg.DrainTimeout)
 		err := m.cfg.Drain(dctx, give)
@@ -292,16 +333,26 @@ func (m *Manager) handOver(give []int, live int) error {
 			m.log.Warn("shards handed over before their rings in flight were recorded; the next owner may ring some again", "shards", give, "err", err)
 		}
 	}
+	// from now on the hold is over: no ring of theirs is published
+	now := time.Now()
+	m.mu.Lock()
+	for _, s := range give {
+		if h, ok := m.handing[s]; ok {
+			h.released, h.until = now, now
+		}
+	}
+	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LeaseTTL/2)
 	defer cancel()
 	if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, give); err != nil {
-		return err
+		m.log.Warn("could not release shards handed over; their leases expire by themselves", "shards", give, "err", err)
+		return
 	}
 	m.log.Info("released shards for rebalancing", "shards", give, "live_instances", live)
-	return nil
 }
 
 func (m *Manager) shutdown() {
+	m.handovers.Wait()
 	m.mu.Lock()
 	var shards []int
 	for s := range m.loaders {

@@ -52,7 +52,8 @@ type Config struct {
 	// needs), dropping the others; a lease renewed with less than this left
 	// counts as lapsed, so that the shard is rescanned for what was dropped.
 	LeaseMargin time.Duration
-	// DrainTimeout bounds Drain; default half the lease TTL.
+	// DrainTimeout bounds Drain (the rounds go on meanwhile, renewing
+	// the leases of the shards drained); default half the lease TTL.
 	DrainTimeout time.Duration
 	// Held, when set, returns the claim tokens of the clocks the ring loop
 	// holds: recovery of firing clocks leaves them alone.
@@ -85,7 +86,8 @@ type Manager struct {
 
 	mu      sync.Mutex
 	loaders map[int]*loader
-	lastOK  time.Time // last successful lease round
+	handing map[int]*handOff // shards handed over, until some time after their release
+	lastOK  time.Time        // last successful lease round
 	lastErr error
 	joined  bool // leases left under this instance id by a previous process were released
 
@@ -94,8 +96,9 @@ type Manager struct {
 	gaveUp    bool      // it gave its shards up for want of a broker
 	downSince time.Time // since when CanRing fails; zero while it works
 
-	wg      sync.WaitGroup
-	started time.Time
+	wg        sync.WaitGroup
+	handovers sync.WaitGroup // handOver goroutines
+	started   time.Time
 
 	owned   prometheus.Gauge
 	lostCnt prometheus.Counter
@@ -114,16 +117,12 @@ func New(cfg Config, store Store, q *ring.Queue) *Manager {
 		cfg.Batch = 2000
 	}
 	if cfg.DrainTimeout <= 0 {
-		// The round that hands shards over renews the kept ones first and
-		// its heartbeat is good for the TTL; the next round comes after
-		// the drain: half the TTL leaves it time to renew before the kept
-		// leases' local reckoning (4/5 of the TTL) lapses.
 		cfg.DrainTimeout = cfg.LeaseTTL / 2
 	}
 	if cfg.Held == nil {
 		cfg.Held = func() []int64 { return nil }
 	}
-	m := &Manager{cfg: cfg, store: store, q: q, log: cfg.Logger, now: cfg.Now, loaders: map[int]*loader{}, started: cfg.Now()}
+	m := &Manager{cfg: cfg, store: store, q: q, log: cfg.Logger, now: cfg.Now, loaders: map[int]*loader{}, handing: map[int]*handOff{}, started: cfg.Now()}
 	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "clockd_shards_owned", Help: "Shards this instance holds a lease on."})
 	m.lostCnt = prometheus.NewCounter(prometheus.CounterOpts{Name: "clockd_shard_leases_lost_total", Help: "Shard leases lost to another instance or to expiry."})
 	m.asked = prometheus.NewCounter(prometheus.CounterOpts{Name: "clockd_shard_rescans_asked_total",
@@ -206,10 +205,14 @@ func (m *Manager) Leases(shards []int) []alarm.Lease {
 func (m *Manager) ValidUntil(shard int, epoch int64) time.Time {
 	m.mu.Lock()
 	ld, ok := m.loaders[shard]
-	m.mu.Unlock()
 	if !ok || ld.epoch != epoch {
+		defer m.mu.Unlock()
+		if h, ok := m.handing[shard]; ok && h.epoch == epoch {
+			return h.until // handed over: held until released
+		}
 		return time.Time{}
 	}
+	m.mu.Unlock()
 	return ld.until()
 }
 

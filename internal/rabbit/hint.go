@@ -255,7 +255,9 @@ func (h *Hints) session(ctx context.Context, url string) error {
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}
-	defer conn.Close()
+	// bounded like the publisher's: a slow or stalled broker link must not
+	// hold up the shutdown (amqp091's Close waits without a deadline)
+	defer func() { _ = conn.CloseDeadline(time.Now().Add(closeTimeout)) }()
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("channel: %w", err)

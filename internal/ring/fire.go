@@ -225,12 +225,17 @@ var errLeaseEnded = fmt.Errorf("the lease of the clock's shard ended before the 
 // on confirms that took longer although every lease had been renewed
 // since: under load a slow confirm made a failed attempt, and its clocks
 // were rung twice (TestClusterJoinLeaveStorm, once in seven CI runs). A
-// lease this instance no longer holds (handed over, lost) is not renewed:
-// its last reckoning stands.
+// lease this instance no longer holds (lost) is not renewed: its last
+// reckoning stands. (A shard handed over stays held, and renewed, until
+// its release.)
 func (l *Loop) leaseBound(ctx context.Context, leases []alarm.Lease, until time.Time) (context.Context, context.CancelFunc) {
 	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := make(chan struct{})
 	go func() {
+		last := make([]time.Time, len(leases)) // each lease's last reckoning
+		for i := range last {
+			last[i] = until
+		}
 		t := l.clk.NewTimer(until.Sub(l.clk.Local()))
 		defer t.Stop()
 		for {
@@ -239,9 +244,8 @@ func (l *Loop) leaseBound(ctx context.Context, leases []alarm.Lease, until time.
 				return
 			case <-t.C():
 			}
-			if next := l.leasesEnd(leases, until); next.After(l.clk.Local()) {
-				until = next
-				t.Reset(next.Sub(l.clk.Local()))
+			if end := l.leasesEnd(leases, last); end.After(l.clk.Local()) {
+				t.Reset(end.Sub(l.clk.Local()))
 				continue
 			}
 			cancel(errLeaseEnded)
@@ -254,21 +258,17 @@ func (l *Loop) leaseBound(ctx context.Context, leases []alarm.Lease, until time.
 	}
 }
 
-// leasesEnd is when the first of leases ends as reckoned now: later than
-// until when every one of them was renewed since, else until.
-func (l *Loop) leasesEnd(leases []alarm.Lease, until time.Time) time.Time {
+// leasesEnd is when the first of leases ends as reckoned now, keeping in
+// last each one's latest reckoning: one no longer held (zero) keeps it.
+func (l *Loop) leasesEnd(leases []alarm.Lease, last []time.Time) time.Time {
 	var end time.Time
-	for _, ls := range leases {
-		v := l.feed.ValidUntil(ls.Shard, ls.Epoch)
-		if v.IsZero() {
-			return until // no longer held here: not renewed
+	for i, ls := range leases {
+		if v := l.feed.ValidUntil(ls.Shard, ls.Epoch); !v.IsZero() {
+			last[i] = v
 		}
-		if end.IsZero() || v.Before(end) {
-			end = v
+		if end.IsZero() || last[i].Before(end) {
+			end = last[i]
 		}
 	}
-	if end.After(until) {
-		return end
-	}
-	return until
+	return end
 }
