@@ -88,6 +88,43 @@ func TestDrainShard(t *testing.T) {
 	})
 }
 
+// Two drains at once (hand-overs run beside the lease rounds, so a second
+// may start while a first waits for slow confirms) both return once their
+// shards' rings are recorded: the landing signal wakes one waiter only.
+func TestConcurrentDrains(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{ClaimAhead: time.Second})
+		h.pub.gate = make(chan struct{})
+		h.add(
+			alarm.Clock{ID: 1, Shard: 1, RingAt: t0.Add(time.Second)},
+			alarm.Clock{ID: 2, Shard: 2, RingAt: t0.Add(time.Second + time.Millisecond)},
+		)
+		h.advance(time.Second)
+		h.advance(time.Millisecond) // both publishing, in two batches
+		h.feed.lose(1)
+		h.feed.lose(2)
+		drained := make(chan error, 2)
+		for _, sh := range []int{1, 2} {
+			go func() { drained <- h.loop.Drain(context.Background(), []int{sh}) }()
+		}
+		synctest.Wait()
+		close(h.pub.gate)
+		for range 5 {
+			h.advance(20 * time.Millisecond)
+		}
+		for range 2 {
+			select {
+			case err := <-drained:
+				if err != nil {
+					t.Fatalf("Drain: %v", err)
+				}
+			default:
+				t.Fatal("a drain still waits after its shard's ring was recorded")
+			}
+		}
+	})
+}
+
 // Held lists the claim tokens of what the loop holds, and keeps the token of
 // a confirmed ring while its outcome cannot be written (MySQL away), so that
 // recovery of stale firing clocks never re-rings it.

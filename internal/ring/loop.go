@@ -445,11 +445,17 @@ func (l *Loop) Drain(ctx context.Context, shards []int) error {
 		if n == 0 {
 			return nil
 		}
+		// landed wakes one waiter: drains of several hand-overs at once
+		// (they run beside the lease rounds) also look again every 20 ms
+		t := l.clk.NewTimer(20 * time.Millisecond)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return fmt.Errorf("drain shards %v: %d clocks still in flight: %w", shards, n, ctx.Err())
 		case <-l.landed:
+		case <-t.C():
 		}
+		t.Stop()
 	}
 }
 
