@@ -345,7 +345,14 @@ func (m *Manager) handOver(give []int, live int) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LeaseTTL/2)
 	defer cancel()
 	if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, give); err != nil {
-		m.log.Warn("could not release shards handed over; their leases expire by themselves", "shards", give, "err", err)
+		// still this instance's: the next round takes them up again as
+		// gained (or finds them taken over) and hands them over anew
+		m.mu.Lock()
+		for _, s := range give {
+			delete(m.handing, s)
+		}
+		m.mu.Unlock()
+		m.log.Warn("could not release shards handed over; this instance keeps them for now", "shards", give, "err", err)
 		return
 	}
 	m.log.Info("released shards for rebalancing", "shards", give, "live_instances", live)

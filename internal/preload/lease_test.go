@@ -509,3 +509,63 @@ func TestRecheckAllFindsClocksWhoseHintsWereLost(t *testing.T) {
 	m.RecheckAll()
 	waitLoaded("after RecheckAll", 2, 3)
 }
+
+// failingRelease fails the release calls after the first (the first is a
+// start's own release of leases a previous process left).
+type failingRelease struct {
+	*leaseStore
+	calls, fail int
+}
+
+func (s *failingRelease) ReleaseLeases(ctx context.Context, owner string, shards []int) error {
+	s.calls++
+	if s.calls > 1 && s.fail > 0 {
+		s.fail--
+		return errors.New("lost connection to MySQL")
+	}
+	return s.leaseStore.ReleaseLeases(ctx, owner, shards)
+}
+
+// A hand-over whose release fails leaves the shards with this instance: the
+// next round takes them up again (a loader rings them) instead of renewing
+// their leases with nobody ringing them, and a later round hands them over
+// again.
+func TestFailedReleaseKeepsShardsRung(t *testing.T) {
+	store := &failingRelease{leaseStore: newLeaseStore(4, "a"), fail: 1}
+	m := New(Config{
+		InstanceID: "a", Shards: 4, Window: 10 * time.Second, Interval: time.Hour, Rescan: time.Hour,
+		LeaseTTL: 10 * time.Second, FiringTimeout: time.Minute, HeapCap: 1000,
+	}, store, ring.NewQueue())
+	t.Cleanup(func() {
+		m.handovers.Wait()
+		for sh := range 4 {
+			m.stopLoader(sh)
+		}
+		m.wg.Wait()
+	})
+	round := func() {
+		t.Helper()
+		if err := m.round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		m.handovers.Wait()
+	}
+	round()
+	store.mu.Lock()
+	store.live = []string{"a", "b"}
+	store.mu.Unlock()
+	round() // hands 2 and 3 over; the release fails
+	round() // takes them up again, hands them over again
+	round()
+	store.mu.Lock()
+	held := store.held("a")
+	store.mu.Unlock()
+	if len(held) != 2 {
+		t.Errorf("a holds %v after a failed release and two more rounds, want its share of 2", held)
+	}
+	for sh := range 2 {
+		if len(m.Leases([]int{sh})) != 1 {
+			t.Errorf("kept shard %d is not rung here", sh)
+		}
+	}
+}
