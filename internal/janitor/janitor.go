@@ -599,7 +599,8 @@ func (j *Janitor) Counts() map[alarm.Status]int64 {
 
 var countsDesc = prometheus.NewDesc("clockd_clocks",
 	"Clocks in the clock table per status, counted by the janitor lease holder (only it exports this) at most every 30 s; "+
-		"exact, a status of more than 1,000,000 counted over several rounds (its last complete count standing meanwhile).", []string{"status"}, nil)
+		"exact up to 1,000,000 a status; a larger one is counted over several rounds (its last complete count standing meanwhile), "+
+		"and a clock that changes within its status meanwhile can be counted twice.", []string{"status"}, nil)
 
 // countsCollector exports clockd_clocks{status} from the holder's counts.
 type countsCollector struct{ j *Janitor }

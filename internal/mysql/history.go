@@ -350,7 +350,11 @@ type counts struct {
 // most countBudget of them per call; a count that needs more goes on at the
 // next call (the janitor's, every 30 s) from where it stopped, and until it
 // is complete the status's last complete count stands (the clocks counted
-// so far, before the first; and after countForget without a call). InnoDB's row estimate, the figure before, was
+// so far, before the first; and after countForget without a call). A
+// count over several calls is not a snapshot: a clock that changes within
+// its status meanwhile (a retry, a reschedule: update_time moves past the
+// cursor) can be counted twice, one that leaves it after being counted is
+// still counted. InnoDB's row estimate, the figure before, was
 // twice the real count on MariaDB 10.11 for statuses of 20,000 to 50,000
 // clocks. The status column holds 'pending' for pending and firing clocks
 // alike (a claim sets only claim_token): the firing ones are counted among

@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
@@ -168,6 +169,26 @@ func (s *Store) ReleaseLeases(ctx context.Context, owner string, shards []int) e
 	}
 	if _, err := s.db.ExecContext(ctx, "UPDATE clock_shard SET owner = NULL, lease_until = 0, update_time = "+dbNowMS+
 		" WHERE owner = ? AND shard IN ("+placeholders(len(shards))+")", args...); err != nil {
+		return fmt.Errorf("release leases: %w", mapErr(err))
+	}
+	return nil
+}
+
+// ReleaseLeasesAt gives shards up under the given epochs only: a lease of
+// the shard taken again since (a newer epoch) stays. A hand-over, which
+// runs beside the lease rounds, releases what it drained this way.
+func (s *Store) ReleaseLeasesAt(ctx context.Context, owner string, leases []alarm.Lease) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	args := []any{owner}
+	pairs := make([]string, len(leases))
+	for i, l := range leases {
+		pairs[i] = "(?,?)"
+		args = append(args, l.Shard, l.Epoch)
+	}
+	if _, err := s.db.ExecContext(ctx, "UPDATE clock_shard SET owner = NULL, lease_until = 0, update_time = "+dbNowMS+
+		" WHERE owner = ? AND (shard, epoch) IN ("+strings.Join(pairs, ",")+")", args...); err != nil {
 		return fmt.Errorf("release leases: %w", mapErr(err))
 	}
 	return nil

@@ -423,3 +423,34 @@ func TestWaitingReadsBackClocksMovedLater(t *testing.T) {
 		t.Errorf("Waiting of no ids = %v, %v", got, err)
 	}
 }
+
+// A hand-over releases its shards under the epochs it drained: a lease of
+// the shard taken again since (a newer epoch, its loader running) stays.
+func TestReleaseLeasesAtIsFencedByEpoch(t *testing.T) {
+	s, _ := ringStore(t)
+	ctx := context.Background()
+	leases, err := s.AcquireLeases(ctx, "a", 1, time.Minute)
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("acquire: %v %v", leases, err)
+	}
+	old := leases[0]
+	if err := s.ReleaseLeases(ctx, "a", []int{old.Shard}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.AcquireLeases(ctx, "a", 1, time.Minute)
+	if err != nil || len(again) != 1 || again[0].Shard != old.Shard || again[0].Epoch == old.Epoch {
+		t.Fatalf("acquire again: %v %v; want shard %d under a new epoch", again, err, old.Shard)
+	}
+	if err := s.ReleaseLeasesAt(ctx, "a", []alarm.Lease{old}); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := s.RenewLeases(ctx, "a", time.Minute); err != nil || len(held) != 1 || held[0] != again[0] {
+		t.Fatalf("after a release under the old epoch a holds %v (%v); want %v still", held, err, again[0])
+	}
+	if err := s.ReleaseLeasesAt(ctx, "a", again); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := s.RenewLeases(ctx, "a", time.Minute); err != nil || len(held) != 0 {
+		t.Fatalf("after a release under its epoch a holds %v (%v); want none", held, err)
+	}
+}

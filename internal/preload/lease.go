@@ -201,25 +201,28 @@ func (m *Manager) round(ctx context.Context) error {
 	// lease lasts. They count no more in this instance's share.
 	leases = m.renewHanding(leases, validUntil)
 	want := share(m.cfg.Shards, live, m.cfg.InstanceID, st, len(leases))
-	var give []int
+	var give []alarm.Lease
 	if extra := len(leases) - want; extra > 0 {
 		// hand the highest shards over: stop ringing them first; they are
 		// drained and released in the background (handOver), their leases
 		// renewed meanwhile by the rounds
 		m.mu.Lock()
 		for _, l := range leases[len(leases)-extra:] {
-			give = append(give, l.Shard)
+			give = append(give, l)
 			m.handing[l.Shard] = &handOff{epoch: l.Epoch, until: validUntil}
 		}
 		m.mu.Unlock()
-		for _, s := range give {
-			m.stopLoader(s)
+		for _, l := range give {
+			m.stopLoader(l.Shard)
 		}
 		leases = leases[:len(leases)-extra]
 	} else if extra < 0 {
 		if leases, err = m.store.AcquireLeases(ctx, m.cfg.InstanceID, -extra, ttl); err != nil {
 			return err
 		}
+		// it returns every lease held here, those being handed over too:
+		// never taken up again while their hand-over runs
+		leases = m.renewHanding(leases, validUntil)
 	}
 	held := map[int]alarm.Lease{}
 	for _, l := range leases {
@@ -324,38 +327,46 @@ func (m *Manager) renewHanding(leases []alarm.Lease, validUntil time.Time) []ala
 // the end of the round, the drain had to stop at half the TTL, and the
 // shards' last reckoning was the round before's: confirms slower than
 // that were failed attempts, rung again by the next owner.)
-func (m *Manager) handOver(give []int, live int) {
+func (m *Manager) handOver(give []alarm.Lease, live int) {
+	shards := make([]int, len(give))
+	for i, l := range give {
+		shards[i] = l.Shard
+	}
 	if m.cfg.Drain != nil {
 		dctx, cancel := context.WithTimeout(context.Background(), m.cfg.DrainTimeout)
-		err := m.cfg.Drain(dctx, give)
+		err := m.cfg.Drain(dctx, shards)
 		cancel()
 		if err != nil {
-			m.log.Warn("shards handed over before their rings in flight were recorded; the next owner may ring some again", "shards", give, "err", err)
+			m.log.Warn("shards handed over before their rings in flight were recorded; the next owner may ring some again", "shards", shards, "err", err)
 		}
 	}
 	// from now on the hold is over: no ring of theirs is published
 	now := time.Now()
 	m.mu.Lock()
-	for _, s := range give {
-		if h, ok := m.handing[s]; ok {
+	for _, l := range give {
+		if h, ok := m.handing[l.Shard]; ok && h.epoch == l.Epoch {
 			h.released, h.until = now, now
 		}
 	}
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LeaseTTL/2)
 	defer cancel()
-	if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, give); err != nil {
+	// under the epochs handed over: a lease of the shard lost and taken
+	// again meanwhile is not this hand-over's to release
+	if err := m.store.ReleaseLeasesAt(ctx, m.cfg.InstanceID, give); err != nil {
 		// still this instance's: the next round takes them up again as
 		// gained (or finds them taken over) and hands them over anew
 		m.mu.Lock()
-		for _, s := range give {
-			delete(m.handing, s)
+		for _, l := range give {
+			if h, ok := m.handing[l.Shard]; ok && h.epoch == l.Epoch {
+				delete(m.handing, l.Shard)
+			}
 		}
 		m.mu.Unlock()
-		m.log.Warn("could not release shards handed over; this instance keeps them for now", "shards", give, "err", err)
+		m.log.Warn("could not release shards handed over; this instance keeps them for now", "shards", shards, "err", err)
 		return
 	}
-	m.log.Info("released shards for rebalancing", "shards", give, "live_instances", live)
+	m.log.Info("released shards for rebalancing", "shards", shards, "live_instances", live)
 }
 
 func (m *Manager) shutdown() {
@@ -372,7 +383,13 @@ func (m *Manager) shutdown() {
 	m.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, shards); err != nil {
+	// every shard this instance still owns: those it rang, and those of a
+	// hand-over whose release failed (no round comes to take them up)
+	all := make([]int, m.cfg.Shards)
+	for i := range all {
+		all[i] = i
+	}
+	if err := m.store.ReleaseLeases(ctx, m.cfg.InstanceID, all); err != nil {
 		m.log.Warn("could not release shard leases; they expire by themselves", "err", err)
 	}
 	if err := m.store.Leave(ctx, m.cfg.InstanceID); err != nil {

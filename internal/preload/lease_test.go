@@ -110,6 +110,23 @@ func (s *leaseStore) ReleaseLeases(_ context.Context, owner string, shards []int
 	return nil
 }
 
+func (s *leaseStore) ReleaseLeasesAt(_ context.Context, owner string, leases []alarm.Lease) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(leases) == 0 {
+		return nil
+	}
+	var shards []int
+	for _, l := range leases {
+		if s.owner[l.Shard] == owner && s.epoch[l.Shard] == l.Epoch {
+			delete(s.owner, l.Shard)
+		}
+		shards = append(shards, l.Shard)
+	}
+	s.note("release %v", slices.Sorted(slices.Values(shards)))
+	return nil
+}
+
 func (s *leaseStore) RecoverFiring(_ context.Context, shard int, _ int64, _ time.Time, held []int64, _ time.Time) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -286,6 +303,13 @@ func (s ctxLeaseStore) ReleaseLeases(ctx context.Context, owner string, shards [
 		return err
 	}
 	return s.leaseStore.ReleaseLeases(ctx, owner, shards)
+}
+
+func (s ctxLeaseStore) ReleaseLeasesAt(ctx context.Context, owner string, leases []alarm.Lease) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.leaseStore.ReleaseLeasesAt(ctx, owner, leases)
 }
 
 // A drain that waits long (slow confirms, up to DrainTimeout) still ends in
@@ -510,20 +534,18 @@ func TestRecheckAllFindsClocksWhoseHintsWereLost(t *testing.T) {
 	waitLoaded("after RecheckAll", 2, 3)
 }
 
-// failingRelease fails the release calls after the first (the first is a
-// start's own release of leases a previous process left).
+// failingRelease fails the first fail releases of hand-overs.
 type failingRelease struct {
 	*leaseStore
-	calls, fail int
+	fail int
 }
 
-func (s *failingRelease) ReleaseLeases(ctx context.Context, owner string, shards []int) error {
-	s.calls++
-	if s.calls > 1 && s.fail > 0 {
+func (s *failingRelease) ReleaseLeasesAt(ctx context.Context, owner string, leases []alarm.Lease) error {
+	if s.fail > 0 {
 		s.fail--
 		return errors.New("lost connection to MySQL")
 	}
-	return s.leaseStore.ReleaseLeases(ctx, owner, shards)
+	return s.leaseStore.ReleaseLeasesAt(ctx, owner, leases)
 }
 
 // A hand-over whose release fails leaves the shards with this instance: the

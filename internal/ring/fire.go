@@ -227,7 +227,7 @@ var errLeaseEnded = fmt.Errorf("the lease of the clock's shard ended before the 
 // were rung twice (TestClusterJoinLeaveStorm, once in seven CI runs). A
 // lease this instance no longer holds (lost) is not renewed: its last
 // reckoning stands. (A shard handed over stays held, and renewed, until
-// its release.)
+// its release, which ends the hold at once: seen within leaseLook.)
 func (l *Loop) leaseBound(ctx context.Context, leases []alarm.Lease, until time.Time) (context.Context, context.CancelFunc) {
 	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := make(chan struct{})
@@ -236,7 +236,7 @@ func (l *Loop) leaseBound(ctx context.Context, leases []alarm.Lease, until time.
 		for i := range last {
 			last[i] = until
 		}
-		t := l.clk.NewTimer(until.Sub(l.clk.Local()))
+		t := l.clk.NewTimer(min(until.Sub(l.clk.Local()), leaseLook))
 		defer t.Stop()
 		for {
 			select {
@@ -245,7 +245,7 @@ func (l *Loop) leaseBound(ctx context.Context, leases []alarm.Lease, until time.
 			case <-t.C():
 			}
 			if end := l.leasesEnd(leases, last); end.After(l.clk.Local()) {
-				t.Reset(end.Sub(l.clk.Local()))
+				t.Reset(min(end.Sub(l.clk.Local()), leaseLook))
 				continue
 			}
 			cancel(errLeaseEnded)
@@ -257,6 +257,11 @@ func (l *Loop) leaseBound(ctx context.Context, leases []alarm.Lease, until time.
 		cancel(errors.New("publish done"))
 	}
 }
+
+// leaseLook is how often a wait for confirms looks at its leases again: a
+// lease can also end sooner than reckoned (a hand-over's release ends the
+// hold at once).
+const leaseLook = 250 * time.Millisecond
 
 // leasesEnd is when the first of leases ends as reckoned now, keeping in
 // last each one's latest reckoning: one no longer held (zero) keeps it.
