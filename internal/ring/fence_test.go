@@ -290,11 +290,9 @@ func TestFailedAttemptsAreLoggedSparingly(t *testing.T) {
 		if n := strings.Count(buf.String(), "ring attempts failed"); n != 1 {
 			t.Fatalf("%d lines for 50 failed attempts within 5 s, want 1:\n%s", n, buf.String())
 		}
-		h.advance(10 * time.Second) // the retries fail too
-		for i := range 3 {          // 10 s after the first line
-			h.add(alarm.Clock{ID: int64(100 + i), Shard: 1, RingAt: h.clk.Now().Add(time.Second)})
-		}
-		h.advance(time.Second)
+		// the retries fail too, each at its own time: held back for 10 s
+		// (at 5.8, 7.3 and 10.3 s), then logged again with the next (16.3 s)
+		h.step(h.clk.Now().Add(12*time.Second), 100*time.Millisecond, func(time.Time) {})
 		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 		if len(lines) != 2 || !strings.Contains(lines[1], `"result":"timeout"`) || !strings.Contains(lines[1], `"like_failures_not_logged":`) {
 			t.Fatalf("10 s after the first line, want a second line counting those held back:\n%s", buf.String())
