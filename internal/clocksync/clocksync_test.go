@@ -42,6 +42,15 @@ func (w *world) read(s *Sync, rtt time.Duration) {
 	s.Observe(sent, w.mono, db, w.wall())
 }
 
+// warm takes n quick readings a second apart, as clockd does while MySQL
+// answers.
+func (w *world) warm(s *Sync, n int) {
+	for range n {
+		w.read(s, time.Millisecond)
+		w.pass(time.Second)
+	}
+}
+
 // newWorld: the local wall clock is ahead of MySQL's by ahead.
 func newWorld(t *testing.T, ahead time.Duration) (*world, *Sync, *bytes.Buffer) {
 	t.Helper()
@@ -95,10 +104,7 @@ func TestRingClockIsMySQLsWhateverTheLocalClockSays(t *testing.T) {
 func TestWallClockStepsDoNotMoveTheRingClock(t *testing.T) {
 	for _, ahead := range []time.Duration{-3 * time.Second, 3 * time.Second} {
 		w, s, _ := newWorld(t, ahead)
-		for range 3 {
-			w.read(s, time.Millisecond)
-			w.pass(time.Second)
-		}
+		w.warm(s, 3)
 		w.wallOff = 0 // NTP steps the wall clock right
 		for range 5 {
 			notEarly(t, w, s, 2*time.Millisecond, "after a step of "+(-ahead).String())
@@ -112,10 +118,7 @@ func TestWallClockStepsDoNotMoveTheRingClock(t *testing.T) {
 // they cannot hide the drift: the ring clock stays behind MySQL's.
 func TestOldReadingsCannotHideADrift(t *testing.T) {
 	w, s, _ := newWorld(t, 0)
-	for range 8 {
-		w.read(s, time.Millisecond)
-		w.pass(time.Second)
-	}
+	w.warm(s, 8)
 	// an hour without a reading, MySQL's clock losing 55 ppm on the
 	// monotonic clock: 200 ms
 	w.pass(time.Hour)
@@ -132,10 +135,7 @@ func TestOldReadingsCannotHideADrift(t *testing.T) {
 // before contradict the new one and are dropped at once.
 func TestMySQLClockSteppedBack(t *testing.T) {
 	w, s, _ := newWorld(t, 0)
-	for range 4 {
-		w.read(s, time.Millisecond)
-		w.pass(time.Second)
-	}
+	w.warm(s, 4)
 	w.mysqlOff -= 2 * time.Second // MySQL's clock two seconds back
 	w.read(s, time.Millisecond)
 	notEarly(t, w, s, 2*time.Millisecond, "after MySQL's clock stepped back")

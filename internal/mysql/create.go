@@ -578,6 +578,10 @@ func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Tx, batch []item, token 
 	var inserts []item
 	var insertPos, laters []int
 	var rearmed []int64 // finished clocks whose key gets a new clock
+	archived, err := s.archivedOf(ctx, tx, batch, existing)
+	if err != nil {
+		return nil, err
+	}
 	for j, it := range batch {
 		k := it.key()
 		if _, ok := firstNew[k]; ok {
@@ -588,10 +592,7 @@ func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Tx, batch []item, token 
 			res, rearm := s.decide(*it.clock(), ex.clock(), it.req.now)
 			if rearm {
 				// a retry of a create whose clock was re-armed since
-				res, rearm, err = s.retryOfArchived(ctx, tx, *it.clock(), it.req.now)
-				if err != nil {
-					return nil, err
-				}
+				res, rearm = s.retryOfArchived(*it.clock(), archived[k], it.req.now)
 			}
 			if !rearm {
 				out[j] = res
@@ -630,30 +631,66 @@ func (s *Store) decide(n alarm.NewClock, ex alarm.Clock, now time.Time) (alarm.C
 	return alarm.CreateResult{}, true
 }
 
+// archivedOf reads, for the keys of batch that a create would re-arm (their
+// clock in clock is finished and not the create's own), the key's clocks
+// in clock_history created within the idempotency window: one of them may
+// be the one the create is a retry of (retryOfArchived). One statement by
+// the key's index for the whole batch, and none when no create re-arms.
+func (s *Store) archivedOf(ctx context.Context, tx *sqlx.Tx, batch []item, existing map[alarm.Key]row) (map[alarm.Key][]alarm.Clock, error) {
+	if s.cfg.NoHistory || s.cfg.IdempotencyWindow <= 0 {
+		return nil, nil
+	}
+	var keys []alarm.Key
+	seen := map[alarm.Key]bool{}
+	var since time.Time
+	for _, it := range batch {
+		k := it.key()
+		ex, ok := existing[k]
+		if !ok || seen[k] {
+			continue
+		}
+		if _, rearm := s.decide(*it.clock(), ex.clock(), it.req.now); rearm {
+			seen[k] = true
+			keys = append(keys, k)
+			if from := it.req.now.Add(-s.cfg.IdempotencyWindow); since.IsZero() || from.Before(since) {
+				since = from
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteString("SELECT " + clockCols + ", finish_time FROM clock_history FORCE INDEX (idx_clock_history_key) WHERE ")
+	args := keyList(&b, nil, keys)
+	b.WriteString(" AND occurrence_of IS NULL AND create_time > ?")
+	args = append(args, ms(since))
+	var rows []historyRow
+	if err := tx.SelectContext(ctx, &rows, b.String(), args...); err != nil {
+		return nil, fmt.Errorf("look for the clocks retries made in history: %w", mapErr(err))
+	}
+	out := make(map[alarm.Key][]alarm.Clock, len(keys))
+	for _, r := range rows {
+		k := alarm.Key{Application: r.Application, BusinessID: r.BusinessID}
+		out[k] = append(out[k], r.clock())
+	}
+	return out, nil
+}
+
 // retryOfArchived answers a create that would re-arm its key when it is a
 // retry of the create of one of the key's earlier clocks, re-armed since
 // and so already in clock_history, within the idempotency window of that
 // clock's creation: 200 with that clock, and nothing rings again. (A clock
 // within the window is still in clock unless its key was re-armed: the
-// retentions are at least the window.) Only re-arming creates ask, by the
-// key's index, a few rows at most.
-func (s *Store) retryOfArchived(ctx context.Context, tx *sqlx.Tx, n alarm.NewClock, now time.Time) (alarm.CreateResult, bool, error) {
-	if s.cfg.NoHistory || s.cfg.IdempotencyWindow <= 0 {
-		return alarm.CreateResult{}, true, nil
-	}
-	var rows []historyRow
-	err := tx.SelectContext(ctx, &rows, "SELECT "+clockCols+", finish_time FROM clock_history FORCE INDEX (idx_clock_history_key)"+
-		" WHERE application = ? AND business_id = ? AND occurrence_of IS NULL AND create_time > ? ORDER BY id DESC LIMIT 100",
-		n.Application, n.BusinessID, ms(now.Add(-s.cfg.IdempotencyWindow)))
-	if err != nil {
-		return alarm.CreateResult{}, false, fmt.Errorf("look for the clock a retry made in history: %w", mapErr(err))
-	}
-	for _, r := range rows {
-		if c := r.clock(); n.Same(c) && now.Sub(c.CreatedAt) < s.cfg.IdempotencyWindow {
-			return alarm.CreateResult{Clock: c}, false, nil
+// retentions are at least the window.) archived are the key's clocks
+// archivedOf found.
+func (s *Store) retryOfArchived(n alarm.NewClock, archived []alarm.Clock, now time.Time) (alarm.CreateResult, bool) {
+	for _, c := range archived {
+		if n.Same(c) && now.Sub(c.CreatedAt) < s.cfg.IdempotencyWindow {
+			return alarm.CreateResult{Clock: c}, false
 		}
 	}
-	return alarm.CreateResult{}, true, nil
+	return alarm.CreateResult{}, true
 }
 
 // resolveCreate finds out whether a batch whose COMMIT answer was lost was

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/clockd/clockd/internal/ring"
 )
 
 // A round that acquires while a hand-over is still draining (the instance
@@ -16,24 +14,7 @@ import (
 // releases them in MySQL under the running loader: this instance goes on
 // treating a shard it released as held (Leases, ValidUntil).
 func TestShardHandedOverIsNotReadoptedMidHandover(t *testing.T) {
-	store := newLeaseStore(4, "a")
-	release := make(chan struct{})
-	draining := make(chan struct{}, 1)
-	m := leaseManager(t, store, Config{Drain: func(context.Context, []int) error {
-		draining <- struct{}{}
-		<-release // slow confirms of shards 2 and 3
-		return nil
-	}})
-	if err := m.round(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	store.mu.Lock()
-	store.live = []string{"a", "b"} // b joins: a hands 2 and 3 over
-	store.mu.Unlock()
-	if err := m.round(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	<-draining
+	store, m, release := handingOver(t)
 	store.mu.Lock()
 	store.live = []string{"a"} // b leaves again while 2 and 3 drain
 	store.log = nil
@@ -68,10 +49,7 @@ func TestShardHandedOverIsNotReadoptedMidHandover(t *testing.T) {
 // an instance that is gone, rung by nobody until the lease runs out.
 func TestShutdownReleasesShardsOfAFailedHandover(t *testing.T) {
 	store := &failingRelease{leaseStore: newLeaseStore(4, "a"), fail: 1}
-	m := New(Config{
-		InstanceID: "a", Shards: 4, Window: 10 * time.Second, Interval: time.Hour, Rescan: time.Hour,
-		LeaseTTL: 10 * time.Second, FiringTimeout: time.Minute, HeapCap: 1000,
-	}, store, ring.NewQueue())
+	m := leaseManagerOn(t, store, 4, Config{})
 	if err := m.round(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -98,24 +76,7 @@ func TestShutdownReleasesShardsOfAFailedHandover(t *testing.T) {
 // under a new epoch and with a new loader, is released by the old
 // hand-over: the new lease is dropped in MySQL under its running loader.
 func TestOldHandoverDoesNotReleaseANewLease(t *testing.T) {
-	store := newLeaseStore(4, "a")
-	release := make(chan struct{})
-	draining := make(chan struct{}, 1)
-	m := leaseManager(t, store, Config{Drain: func(context.Context, []int) error {
-		draining <- struct{}{}
-		<-release
-		return nil
-	}})
-	if err := m.round(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	store.mu.Lock()
-	store.live = []string{"a", "b"}
-	store.mu.Unlock()
-	if err := m.round(context.Background()); err != nil { // hands 2 and 3 over
-		t.Fatal(err)
-	}
-	<-draining
+	store, m, release := handingOver(t)
 	store.mu.Lock()
 	store.owner[2], store.epoch[2] = "b", store.epoch[2]+1 // lost to b (a's rounds failed)
 	store.mu.Unlock()

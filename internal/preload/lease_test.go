@@ -138,18 +138,50 @@ func (s *leaseStore) Leave(context.Context, string) error { return nil }
 
 func leaseManager(t *testing.T, store *leaseStore, cfg Config) *Manager {
 	t.Helper()
-	cfg.InstanceID, cfg.Shards = "a", store.shards
+	return leaseManagerOn(t, store, store.shards, cfg)
+}
+
+// leaseManagerOn is leaseManager on any store (a leaseStore wrapped to fail).
+func leaseManagerOn(t *testing.T, store Store, shards int, cfg Config) *Manager {
+	t.Helper()
+	cfg.InstanceID, cfg.Shards = "a", shards
 	cfg.Window, cfg.Interval, cfg.Rescan = 10*time.Second, time.Hour, time.Hour
 	cfg.LeaseTTL, cfg.FiringTimeout, cfg.HeapCap = 10*time.Second, time.Minute, 1000
 	m := New(cfg, store, ring.NewQueue())
 	t.Cleanup(func() {
 		m.handovers.Wait()
-		for sh := range store.shards {
+		for sh := range shards {
 			m.stopLoader(sh)
 		}
 		m.wg.Wait()
 	})
 	return m
+}
+
+// handingOver starts instance a on 4 shards, lets b join, and returns once
+// a hands shards 2 and 3 over and their drain waits: until release is
+// closed (confirms still to come).
+func handingOver(t *testing.T) (store *leaseStore, m *Manager, release chan struct{}) {
+	t.Helper()
+	store = newLeaseStore(4, "a")
+	release = make(chan struct{})
+	draining := make(chan struct{}, 1)
+	m = leaseManager(t, store, Config{Drain: func(context.Context, []int) error {
+		draining <- struct{}{}
+		<-release
+		return nil
+	}})
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	store.live = []string{"a", "b"} // b joins: a hands 2 and 3 over
+	store.mu.Unlock()
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-draining
+	return store, m, release
 }
 
 func TestTarget(t *testing.T) {
@@ -244,21 +276,7 @@ func TestRebalanceDrainsBeforeRelease(t *testing.T) {
 // counted as failed attempts and rung again by the next owner (found by
 // review: 25 to 544 clocks rang twice in moves under 2 s confirms).
 func TestHandedOverShardsStayHeldWhileDraining(t *testing.T) {
-	store := newLeaseStore(4, "a")
-	release := make(chan struct{})
-	m := leaseManager(t, store, Config{Drain: func(context.Context, []int) error {
-		<-release // confirms still to come
-		return nil
-	}})
-	if err := m.round(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	store.mu.Lock()
-	store.live = []string{"a", "b"}
-	store.mu.Unlock()
-	if err := m.round(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	store, m, release := handingOver(t)
 	first := m.ValidUntil(2, 1)
 	time.Sleep(10 * time.Millisecond)
 	if err := m.round(context.Background()); err != nil { // while draining
@@ -554,17 +572,7 @@ func (s *failingRelease) ReleaseLeasesAt(ctx context.Context, owner string, leas
 // again.
 func TestFailedReleaseKeepsShardsRung(t *testing.T) {
 	store := &failingRelease{leaseStore: newLeaseStore(4, "a"), fail: 1}
-	m := New(Config{
-		InstanceID: "a", Shards: 4, Window: 10 * time.Second, Interval: time.Hour, Rescan: time.Hour,
-		LeaseTTL: 10 * time.Second, FiringTimeout: time.Minute, HeapCap: 1000,
-	}, store, ring.NewQueue())
-	t.Cleanup(func() {
-		m.handovers.Wait()
-		for sh := range 4 {
-			m.stopLoader(sh)
-		}
-		m.wg.Wait()
-	})
+	m := leaseManagerOn(t, store, 4, Config{})
 	round := func() {
 		t.Helper()
 		if err := m.round(context.Background()); err != nil {

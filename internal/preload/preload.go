@@ -206,15 +206,15 @@ func (m *Manager) Leases(shards []int) []alarm.Lease {
 func (m *Manager) ValidUntil(shard int, epoch int64) time.Time {
 	m.mu.Lock()
 	ld, ok := m.loaders[shard]
-	if !ok || ld.epoch != epoch {
-		defer m.mu.Unlock()
-		if h, ok := m.handing[shard]; ok && h.epoch == epoch {
-			return h.until // handed over: held until released
-		}
-		return time.Time{}
+	var handed time.Time // handed over: held until released
+	if h, ok := m.handing[shard]; ok && h.epoch == epoch {
+		handed = h.until
 	}
 	m.mu.Unlock()
-	return ld.until()
+	if ok && ld.epoch == epoch {
+		return ld.until()
+	}
+	return handed
 }
 
 // Recheck reads a shard's window from MySQL again soon: memory may no

@@ -151,8 +151,7 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 		var advance []alarm.Advance
 		var failed []alarm.Outcome
 		var failedClocks, notSent []alarm.Clock
-		failedBy := map[string]int{}
-		failedErr := map[string]error{}
+		var failedBy map[string]failures // made at the first failure: none in the common case
 		for i, r := range res {
 			c := rings[i].Clock
 			at := r.At
@@ -179,10 +178,14 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 			label := l.cfg.ResultLabel(r.Err)
 			l.m.rings.WithLabelValues(label).Inc()
 			if label != "unroutable" { // the publisher says why, per application
-				failedBy[label]++
-				if failedErr[label] == nil {
-					failedErr[label] = r.Err
+				if failedBy == nil {
+					failedBy = map[string]failures{}
 				}
+				f := failedBy[label]
+				if f.n++; f.first == nil {
+					f.first = r.Err
+				}
+				failedBy[label] = f
 			}
 			o := l.cfg.Retry.Outcome(c, at, r.Err)
 			if o.Status != alarm.StatusPending {
@@ -196,10 +199,10 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 			failed = append(failed, o)
 			failedClocks = append(failedClocks, c)
 		}
-		for label, n := range failedBy {
-			if ok, heldBack := l.failLog.Allow(label, n); ok {
+		for label, f := range failedBy {
+			if ok, heldBack := l.failLog.Allow(label, f.n); ok {
 				l.log.Warn("ring attempts failed; their clocks are retried (one whose confirm was lost may reach its consumer twice)",
-					"result", label, "clocks", n, "err", failedErr[label], "like_failures_not_logged", heldBack)
+					"result", label, "clocks", f.n, "err", f.first, "like_failures_not_logged", heldBack)
 			}
 		}
 		l.m.rings.WithLabelValues("rung").Add(float64(len(rung) + len(advance)))
@@ -211,6 +214,13 @@ func (l *Loop) fire(ctx context.Context, batch []claimed, now time.Time) {
 			r.unclaim = append(r.unclaim, notSent...)
 		})
 	}()
+}
+
+// failures counts a publish batch's failed attempts of one result, with
+// the first one's error.
+type failures struct {
+	n     int
+	first error
 }
 
 // errLeaseEnded ends the wait for a batch's confirms: the lease of one of
