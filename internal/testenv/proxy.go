@@ -280,8 +280,17 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 	var held chan delayed // what the target sends goes through deliver (SetDelay)
 	if src == l.up {
 		held = make(chan delayed, 4096)
-		defer close(held)
-		go l.deliver(dst, held)
+		delivered := make(chan struct{})
+		go func() {
+			defer close(delivered)
+			l.deliver(dst, held)
+		}()
+		// what the target sent before it closed reaches the client before
+		// the link is closed (as when it was written here directly)
+		defer func() {
+			close(held)
+			<-delivered
+		}()
 	}
 	for {
 		if !p.await(l) {
