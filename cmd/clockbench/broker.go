@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/clockd/clockd/internal/benchkit"
 )
 
 // BrokerResult is the raw RabbitMQ ceiling: persistent, mandatory
@@ -236,7 +238,7 @@ func brokerRun(ctx context.Context, cfg *config, conn, cconn *amqp.Connection, e
 	u := cpuBetween(marks[0], marks[1], cfg.rssPID)
 	res.CPU, res.CPUPerMsgUS = &u, u.perOp(int(a[1]-a[0]))
 	res.Consumed = consumed
-	res.HopLatency = summarize(hops)
+	res.HopLatency = benchkit.Summarize(hops)
 	res.Timeline = tl.Export()
 	return res, nil
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/clockd/clockd/client"
+	"github.com/clockd/clockd/internal/benchkit"
 )
 
 // api is the clockd client of the bench: the client package (transport,
@@ -369,7 +370,7 @@ func runCreate(ctx context.Context, cfg *config, a *api, app string, logf func(s
 		Note: fmt.Sprintf("clocks left pending under application %s, due within the hour after %s with max_attempts 1 (they die after one unroutable attempt)",
 			app, ringAt.UTC().Format(time.RFC3339)),
 	}
-	res.Latency = summarize(all)
+	res.Latency = benchkit.Summarize(all)
 	res.LatencyHist = histogram(all)
 	logf("create: %d clocks in %.1fs = %.0f/s, p99 %.1f ms, %d errors", res.Clocks, res.ElapsedS, res.Rate, res.Latency.P99, res.Errors)
 	return res, nil
@@ -501,7 +502,7 @@ func runBatch(ctx context.Context, cfg *config, a *api, app string, logf func(st
 		Timeline: tl.Export(),
 		Note:     fmt.Sprintf("clocks left pending under application %s, due within the hour after %s with max_attempts 1", app, ringAt.UTC().Format(time.RFC3339)),
 	}
-	res.Latency = summarize(all)
+	res.Latency = benchkit.Summarize(all)
 	logf("batch: %d clocks in %.1fs = %.0f/s (%d per batch, %d clients), batch p99 %.1f ms, %d errors",
 		res.Clocks, res.ElapsedS, res.Rate, cfg.batchSize, cfg.batchClients, res.Latency.P99, res.Errors)
 	return res, nil

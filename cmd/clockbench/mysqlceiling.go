@@ -17,6 +17,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/benchkit"
 	clockmysql "github.com/clockd/clockd/internal/mysql"
 )
 
@@ -326,7 +327,7 @@ func measureCeiling(ctx context.Context, what string, clients, rowsPerStmt int, 
 	r := &CeilingRun{
 		What: what, Clients: clients, RowsPerStmt: rowsPerStmt,
 		Statements: int(stmts.Load()), Rows: int(rows.Load()), MeasuredS: dur.Seconds(),
-		Rate: rate(int(rows.Load()), dur), Latency: summarize(slices.Concat(lats...)),
+		Rate: rate(int(rows.Load()), dur), Latency: benchkit.Summarize(slices.Concat(lats...)),
 		Errors: errs.total, ErrorSamples: errs.samples,
 	}
 	if r.Statements == 0 {

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/clockd/clockd/internal/benchkit"
 )
 
 // recurringConfig holds the scenario's flags.
@@ -323,8 +325,8 @@ func runRecurring(ctx context.Context, cfg *config, a *api, app string, logf fun
 		}
 	}
 	res.RingRate = float64(len(seen)) / time.Since(base).Seconds()
-	res.Lateness = summarize(measured)
-	res.LatenessSteady = summarize(steady)
+	res.Lateness = benchkit.Summarize(measured)
+	res.LatenessSteady = benchkit.Summarize(steady)
 	if res.Lost > 0 || res.Early > 0 || res.OffSchedule > 0 {
 		return res, fmt.Errorf("recurring: %d occurrences lost, %d early, %d off the schedule", res.Lost, res.Early, res.OffSchedule)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clockd/clockd/internal/benchkit"
 )
 
 func sampleReport() *Report {
@@ -22,7 +24,7 @@ func sampleReport() *Report {
 	lat := []time.Duration{-time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond, 40 * time.Millisecond}
 	ring := &RingResult{
 		Application: "bench-x-ring", N: 5000, Created: 5000, Received: 4999, Lost: 1, Early: 1,
-		RingRate: 5000, TargetRate: 5000, Lateness: summarize(append([]time.Duration(nil), lat...)),
+		RingRate: 5000, TargetRate: 5000, Lateness: benchkit.Summarize(append([]time.Duration(nil), lat...)),
 		LatenessHist: histogram(lat), Timeline: tl.Export(), Notes: []string{"a <note> & more"},
 		Anomalies:    map[string]int{"x-clock-ring-at": 2},
 		WorstWindows: []LateWindow{{StartS: 4.5, Count: 2500, P50: 80, P99: 210, Max: 211}},
@@ -44,7 +46,7 @@ func sampleReport() *Report {
 		Hot: &RingResult{Application: "bench-x-hot", N: 100000, Created: 100000, Received: 100000, RingRate: 17500, LastReceiptS: 5.5,
 			DrainCPU:     &CPUUse{Machine: 96.5, Cores: 2, Clockd: 30, Clockbench: 15, Servers: map[string]float64{"mysql": 70, "rabbitmq": 75}},
 			CPUPerRingUS: 125},
-		Create: &CreateResult{Clients: 64, Clocks: 150000, Rate: 15000, Latency: summarize([]time.Duration{time.Millisecond, 30 * time.Millisecond}),
+		Create: &CreateResult{Clients: 64, Clocks: 150000, Rate: 15000, Latency: benchkit.Summarize([]time.Duration{time.Millisecond, 30 * time.Millisecond}),
 			LatencyHist: histogram([]time.Duration{time.Millisecond, 30 * time.Millisecond}), Timeline: tl.Export()},
 		Ring: ring,
 		RSS:  &RSSResult{PID: 1, MaxMiB: 120, ByScenario: map[string]float64{"ring": 120}},

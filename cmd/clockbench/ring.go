@@ -15,6 +15,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/clockd/clockd/internal/benchkit"
 )
 
 // dialAMQP connects to RabbitMQ.
@@ -399,7 +401,7 @@ func runRing(ctx context.Context, cfg *config, a *api, app string, hot bool, bat
 	createEnd := time.Now()
 	mark1 := readCPU(cfg.rssPID)
 	series := startCPUSeries(cfg.rssPID, cpuSeriesEvery)
-	defer series.stop()
+	defer series.Stop()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -438,7 +440,7 @@ wait:
 		}
 	}
 	res.WaitedS = time.Since(lastDue).Seconds()
-	series.stop()
+	series.Stop()
 	if cfg.rssPID > 0 {
 		mark2 := readCPU(cfg.rssPID)
 		res.ClockdCPUCreateS, res.ClockdCPURingS = clockdSeconds(mark0, mark1), clockdSeconds(mark1, mark2)
@@ -492,7 +494,7 @@ wait:
 			res.Early++
 			if len(res.EarlySamples) < 10 {
 				res.EarlySamples = append(res.EarlySamples, fmt.Sprintf("%s ring_at %s received %s (%.3f ms early)",
-					r.hBiz, due.UTC().Format(time.RFC3339Nano), r.recv.UTC().Format(time.RFC3339Nano), -ms(late)))
+					r.hBiz, due.UTC().Format(time.RFC3339Nano), r.recv.UTC().Format(time.RFC3339Nano), -benchkit.MS(late)))
 			}
 		}
 		// the message must be what the SPEC promises
@@ -543,12 +545,12 @@ wait:
 		res.LastReceiptS = last.Sub(plan.firstDue).Seconds()
 	}
 	if last.Sub(first) >= minDrainCPUSpan {
-		if a, b, ok := series.window(first, last); ok {
+		if a, b, ok := series.Window(first, last); ok {
 			u := cpuBetween(a, b, cfg.rssPID)
-			res.DrainCPU, res.CPUPerRingUS = &u, u.perOp(receivedBetween(recs, a.at, b.at))
+			res.DrainCPU, res.CPUPerRingUS = &u, u.perOp(receivedBetween(recs, a.When, b.When))
 		}
 	}
-	res.Lateness = summarize(lateness)
+	res.Lateness = benchkit.Summarize(lateness)
 	res.LatenessHist = histogram(lateness)
 	res.LatenessWindows, res.WorstWindows = lateWindows(byWindow)
 	res.Timeline = tl.Export()
@@ -602,7 +604,7 @@ func (w LateWindow) String() string {
 // picks the three with the highest max (worst first).
 func lateWindows(byWindow map[int][]time.Duration) (all, worst []LateWindow) {
 	for _, w := range slices.Sorted(maps.Keys(byWindow)) {
-		s := summarize(byWindow[w])
+		s := benchkit.Summarize(byWindow[w])
 		all = append(all, LateWindow{StartS: (time.Duration(w) * lateWindow).Seconds(), Count: s.Count, P50: s.P50, P99: s.P99, Max: s.Max})
 	}
 	worst = slices.Clone(all)
@@ -681,7 +683,7 @@ func checkRung(ctx context.Context, a *api, app string) string {
 			}
 		}
 		if len(left) == 0 {
-			return fmt.Sprintf("no clock pending or firing %.0f ms after the consumer stopped", ms(time.Since(start)))
+			return fmt.Sprintf("no clock pending or firing %.0f ms after the consumer stopped", benchkit.MS(time.Since(start)))
 		}
 		if time.Since(start) > 10*time.Second || ctx.Err() != nil {
 			msg := "after 10 s still:"

@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/clockd/clockd/internal/benchkit"
 )
 
 // CPUUse is the CPU used during one scenario, in percent of one core.
@@ -31,97 +32,40 @@ type CPUUse struct {
 	LoadAvg    string             `json:"loadavg_end"`
 }
 
-// cpuMark is a reading of the CPU counters.
+// cpuMark is a reading of the CPU counters: the machine's and clockbench's
+// own (benchkit's), and those of clockd and the local servers.
 type cpuMark struct {
-	at          time.Time
-	total, idle float64            // jiffies of all cores, from /proc/stat
-	self, pid   float64            // utime+stime jiffies
-	servers     map[string]float64 // utime+stime jiffies of localServers, by name
+	benchkit.Mark
+	pid     float64            // utime+stime jiffies of the -rss-pid process
+	servers map[string]float64 // utime+stime jiffies of localServers, by name
 }
 
-const jiffy = 0.01 // USER_HZ is 100 on Linux
-
 func readCPU(pid int) cpuMark {
-	m := cpuMark{at: time.Now()}
-	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		line, _, _ := strings.Cut(string(b), "\n")
-		f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
-		for i := 1; i < len(f) && i <= 8; i++ {
-			v, _ := strconv.ParseFloat(f[i], 64)
-			m.total += v
-			if i == 4 || i == 5 {
-				m.idle += v
-			}
-		}
-	}
-	m.self = procTicks("self")
+	m := cpuMark{Mark: benchkit.ReadMark()}
 	if pid > 0 {
-		m.pid = procTicks(strconv.Itoa(pid))
+		m.pid = benchkit.ProcTicks(strconv.Itoa(pid))
 	}
 	if len(localServers) > 0 {
 		m.servers = map[string]float64{}
 		for _, s := range localServers {
-			m.servers[s.Name] = procTicks(strconv.Itoa(s.PID))
+			m.servers[s.Name] = benchkit.ProcTicks(strconv.Itoa(s.PID))
 		}
 	}
 	return m
 }
 
-// procTicks returns utime+stime of /proc/<which>/stat in jiffies, 0 when
-// it cannot be read.
-func procTicks(which string) float64 {
-	b, err := os.ReadFile("/proc/" + which + "/stat")
-	if err != nil {
-		return 0
-	}
-	t, _ := parseStatTicks(string(b))
-	return t
-}
-
-// parseStatTicks returns utime+stime (fields 14 and 15, in jiffies) of the
-// text of a /proc/<pid>/stat file.
-func parseStatTicks(s string) (float64, error) {
-	// the command name, in parentheses, may hold spaces and parentheses:
-	// the fields proper start after the last ')'
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat: no command name in %q", snippet([]byte(s)))
-	}
-	f := strings.Fields(s[i+1:]) // f[0] is field 3, state
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat: %d fields after the command name, want at least 13", len(f))
-	}
-	u, err := strconv.ParseFloat(f[11], 64)
-	if err != nil {
-		return 0, fmt.Errorf("stat utime: %w", err)
-	}
-	st, err := strconv.ParseFloat(f[12], 64)
-	if err != nil {
-		return 0, fmt.Errorf("stat stime: %w", err)
-	}
-	return u + st, nil
-}
-
 // clockdSeconds returns the CPU seconds the -rss-pid process used between
 // two marks.
 func clockdSeconds(a, b cpuMark) float64 {
-	return max(0, b.pid-a.pid) * jiffy
+	return max(0, b.pid-a.pid) * benchkit.Jiffy
 }
 
 // cpuBetween returns the CPU use between two marks.
 func cpuBetween(a, b cpuMark, pid int) CPUUse {
-	wall := b.at.Sub(a.at).Seconds()
-	u := CPUUse{}
-	if d := b.total - a.total; d > 0 {
-		u.Machine = 100 * (1 - (b.idle-a.idle)/d)
-		u.MachineBusyS = max(0, d-(b.idle-a.idle)) * jiffy
-		if wall > 0 {
-			u.Cores = math.Round(d * jiffy / wall)
-		}
-	}
-	u.WallS = wall
-	if wall > 0 {
-		u.Clockbench = 100 * (b.self - a.self) * jiffy / wall
+	m := benchkit.Between(a.Mark, b.Mark)
+	u := CPUUse{Machine: m.BusyPct, MachineBusyS: m.BusyS, Cores: m.Cores, WallS: m.WallS, Clockbench: m.SelfPct,
+		LoadAvg: benchkit.LoadAvg()}
+	if wall := m.WallS; wall > 0 {
 		if pid > 0 {
 			u.ClockdCPUS = clockdSeconds(a, b)
 			u.Clockd = 100 * u.ClockdCPUS / wall
@@ -131,12 +75,6 @@ func cpuBetween(a, b cpuMark, pid int) CPUUse {
 			for k, v := range u.ServerCPUS {
 				u.Servers[k] = 100 * v / wall
 			}
-		}
-	}
-	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
-		f := strings.Fields(string(l))
-		if len(f) >= 3 {
-			u.LoadAvg = strings.Join(f[:3], " ")
 		}
 	}
 	return u
@@ -154,87 +92,14 @@ func (u CPUUse) perOp(n int) float64 {
 // cpuSeries reads the CPU counters every interval, so that the CPU use
 // between two moments known only afterwards (the first and the last ring
 // received) can be told.
-type cpuSeries struct {
-	mu    sync.Mutex
-	marks []cpuMark
-	tick  *ticking
-}
+type cpuSeries = benchkit.Series[cpuMark]
 
 func startCPUSeries(pid int, every time.Duration) *cpuSeries {
-	s := &cpuSeries{}
-	s.tick = startTicking(every, func() {
-		m := readCPU(pid)
-		s.mu.Lock()
-		s.marks = append(s.marks, m)
-		s.mu.Unlock()
-	})
-	return s
-}
-
-// stop ends the readings (again: a no-op).
-func (s *cpuSeries) stop() { s.tick.stop() }
-
-// ticking calls a function at once and then every interval, in its own
-// goroutine, until stopped.
-type ticking struct {
-	stopc, done chan struct{}
-	once        sync.Once
-}
-
-func startTicking(every time.Duration, f func()) *ticking {
-	t := &ticking{stopc: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(t.done)
-		tk := time.NewTicker(every)
-		defer tk.Stop()
-		for {
-			f()
-			select {
-			case <-t.stopc:
-				return
-			case <-tk.C:
-			}
-		}
-	}()
-	return t
-}
-
-// stop returns once the function has run for the last time; stopping
-// again is a no-op.
-func (t *ticking) stop() {
-	t.once.Do(func() { close(t.stopc) })
-	<-t.done
-}
-
-// window returns the first reading at or after from and the last one at or
-// before to: the span they bound lies within [from, to]; ok is false when
-// the series has no two readings there.
-func (s *cpuSeries) window(from, to time.Time) (a, b cpuMark, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ia, ib := -1, -1
-	for i, m := range s.marks {
-		if ia < 0 && !m.at.Before(from) {
-			ia = i
-		}
-		if !m.at.After(to) {
-			ib = i
-		}
-	}
-	if ia < 0 || ib <= ia {
-		return cpuMark{}, cpuMark{}, false
-	}
-	return s.marks[ia], s.marks[ib], true
+	return benchkit.StartSeries(every, func() cpuMark { return readCPU(pid) })
 }
 
 // QuietWait is the wait for a quiet machine before a scenario.
-type QuietWait struct {
-	WaitedS float64 `json:"waited_s"`
-	// BusyPct is the machine's last half second before the scenario began,
-	// in percent of all cores
-	BusyPct float64 `json:"busy_pct"`
-	Quiet   bool    `json:"quiet"` // under the threshold, not given up
-}
+type QuietWait = benchkit.QuietWait
 
 // quietBefore waits for a quiet machine before the scenario (or sweep step)
 // name, as cfg says (-quiet-busy 0: not at all, ok false), and logs a wait
@@ -243,40 +108,11 @@ func quietBefore(ctx context.Context, cfg *config, name string, logf func(string
 	if cfg.quietBusy <= 0 {
 		return q, false
 	}
-	q = waitQuiet(ctx, cfg.quietBusy, cfg.quietMax)
+	q = benchkit.WaitQuiet(ctx, cfg.quietBusy, cfg.quietMax)
 	if !q.Quiet && ctx.Err() == nil {
 		logf("%s: the machine is still %.0f%% busy after %.1f s; starting anyway", name, q.BusyPct, q.WaitedS)
 	}
 	return q, true
-}
-
-// quietProbe is how long each look at the machine's CPU lasts.
-const quietProbe = 500 * time.Millisecond
-
-// waitQuiet waits until the machine's cores were less than busyPct % busy
-// over one quietProbe, at most maxWait: a scenario then does not start
-// while what the previous one left behind (MySQL flushing its dirty pages
-// and purging, the broker's clean-up) still takes the cores.
-func waitQuiet(ctx context.Context, busyPct float64, maxWait time.Duration) QuietWait {
-	start := time.Now()
-	var w QuietWait
-	for {
-		a := readCPU(0)
-		select {
-		case <-ctx.Done():
-			return w
-		case <-time.After(quietProbe):
-		}
-		w.BusyPct = cpuBetween(a, readCPU(0), 0).Machine
-		w.WaitedS = time.Since(start).Seconds()
-		if w.BusyPct < busyPct {
-			w.Quiet = true
-			return w
-		}
-		if time.Since(start)+quietProbe > maxWait {
-			return w
-		}
-	}
 }
 
 // RSSResult is the resident memory of the clockd process during the run.
@@ -294,12 +130,12 @@ type rssSampler struct {
 	mu       sync.Mutex
 	res      RSSResult
 	phaseMax float64
-	tick     *ticking
+	tick     *benchkit.Ticking
 }
 
 func startRSS(pid int) *rssSampler {
 	s := &rssSampler{res: RSSResult{PID: pid, ByScenario: map[string]float64{}}}
-	s.tick = startTicking(100*time.Millisecond, s.sample)
+	s.tick = benchkit.StartTicking(100*time.Millisecond, s.sample)
 	return s
 }
 
@@ -337,7 +173,7 @@ func (s *rssSampler) resetPhase() {
 }
 
 func (s *rssSampler) stop() *RSSResult {
-	s.tick.stop()
+	s.tick.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.res

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/clockd/clockd/internal/benchkit"
 )
 
 // A server is a MySQL or RabbitMQ process on this machine whose CPU time
@@ -140,7 +142,7 @@ func serverSeconds(a, b cpuMark) map[string]float64 {
 	}
 	out := map[string]float64{}
 	for name, ticks := range b.servers {
-		out[name] = max(0, ticks-a.servers[name]) * jiffy
+		out[name] = max(0, ticks-a.servers[name]) * benchkit.Jiffy
 	}
 	return out
 }

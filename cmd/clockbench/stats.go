@@ -2,65 +2,16 @@ package main
 
 import (
 	"math"
-	"slices"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/clockd/clockd/internal/benchkit"
 )
 
-// Summary is the distribution of a set of durations, in milliseconds.
-type Summary struct {
-	Count int     `json:"count"`
-	Min   float64 `json:"min_ms"`
-	Mean  float64 `json:"mean_ms"`
-	P50   float64 `json:"p50_ms"`
-	P90   float64 `json:"p90_ms"`
-	P99   float64 `json:"p99_ms"`
-	P999  float64 `json:"p999_ms"`
-	Max   float64 `json:"max_ms"`
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// percentile returns the nearest-rank p-th percentile (0 < p <= 100) of
-// sorted samples: the smallest sample such that at least p% of the samples
-// are <= it. It returns 0 for no samples.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	n := len(sorted)
-	if n == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p/100*float64(n) - 1e-9)) // epsilon: 99.9/100*1000 is 999.0000000000001
-	if rank < 1 {
-		rank = 1
-	}
-	if rank > n {
-		rank = n
-	}
-	return sorted[rank-1]
-}
-
-// summarize sorts samples in place and returns their summary.
-func summarize(samples []time.Duration) Summary {
-	if len(samples) == 0 {
-		return Summary{}
-	}
-	slices.Sort(samples)
-	var sum float64
-	for _, d := range samples {
-		sum += float64(d)
-	}
-	return Summary{
-		Count: len(samples),
-		Min:   ms(samples[0]),
-		Mean:  sum / float64(len(samples)) / float64(time.Millisecond),
-		P50:   ms(percentile(samples, 50)),
-		P90:   ms(percentile(samples, 90)),
-		P99:   ms(percentile(samples, 99)),
-		P999:  ms(percentile(samples, 99.9)),
-		Max:   ms(samples[len(samples)-1]),
-	}
-}
+// Summary is the distribution of a set of durations, in milliseconds
+// (benchkit's, shared with the peers harness).
+type Summary = benchkit.Summary
 
 // Bucket is one bar of a histogram: samples in [Lo, Hi).
 type Bucket struct {
@@ -122,7 +73,7 @@ func histogram(samples []time.Duration) []Bucket {
 	}
 	var out []Bucket
 	if early > 0 {
-		out = append(out, Bucket{Lo: ms(minEarly), Hi: 0, Count: early})
+		out = append(out, Bucket{Lo: benchkit.MS(minEarly), Hi: 0, Count: early})
 	}
 	if first < 0 {
 		return out
@@ -130,12 +81,12 @@ func histogram(samples []time.Duration) []Bucket {
 	for i := first; i <= last; i++ {
 		hi := math.Inf(1)
 		if i+1 < len(histEdges) {
-			hi = ms(histEdges[i+1])
+			hi = benchkit.MS(histEdges[i+1])
 		}
 		if math.IsInf(hi, 1) {
-			hi = ms(histEdges[i]) * 10 // JSON has no infinity; the last bucket is open-ended
+			hi = benchkit.MS(histEdges[i]) * 10 // JSON has no infinity; the last bucket is open-ended
 		}
-		out = append(out, Bucket{Lo: ms(histEdges[i]), Hi: hi, Count: counts[i]})
+		out = append(out, Bucket{Lo: benchkit.MS(histEdges[i]), Hi: hi, Count: counts[i]})
 	}
 	return out
 }
@@ -196,7 +147,7 @@ func (tl *Timeline) Export() *TimelineJSON {
 	for _, s := range tl.series {
 		n = max(n, len(s))
 	}
-	out := &TimelineJSON{Start: tl.start.UTC(), BucketMs: ms(tl.bucket)}
+	out := &TimelineJSON{Start: tl.start.UTC(), BucketMs: benchkit.MS(tl.bucket)}
 	for _, name := range tl.order {
 		c := make([]int, n)
 		copy(c, tl.series[name])

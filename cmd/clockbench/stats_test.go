@@ -1,63 +1,10 @@
 package main
 
 import (
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 )
-
-func TestPercentile(t *testing.T) {
-	hundred := make([]time.Duration, 100)
-	for i := range hundred {
-		hundred[i] = time.Duration(i+1) * time.Millisecond
-	}
-	tests := []struct {
-		name    string
-		samples []time.Duration
-		p       float64
-		want    time.Duration
-	}{
-		{"empty", nil, 50, 0},
-		{"one sample p50", []time.Duration{7}, 50, 7},
-		{"one sample p99.9", []time.Duration{7}, 99.9, 7},
-		{"p50 of 1..100", hundred, 50, 50 * time.Millisecond},
-		{"p90 of 1..100", hundred, 90, 90 * time.Millisecond},
-		{"p99 of 1..100", hundred, 99, 99 * time.Millisecond},
-		{"p99.9 of 1..100 is the max", hundred, 99.9, 100 * time.Millisecond},
-		{"p100", hundred, 100, 100 * time.Millisecond},
-		{"tiny p is the min", hundred, 0.0001, time.Millisecond},
-		{"p50 of two is the lower", []time.Duration{1, 2}, 50, 1},
-		{"p51 of two is the upper", []time.Duration{1, 2}, 51, 2},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := percentile(tt.samples, tt.p); got != tt.want {
-				t.Errorf("percentile(p=%v) = %v, want %v", tt.p, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestSummarize(t *testing.T) {
-	if s := summarize(nil); s != (Summary{}) {
-		t.Errorf("summarize(nil) = %+v", s)
-	}
-	// 1..1000 ms, shuffled: summarize must sort
-	samples := make([]time.Duration, 1000)
-	for i := range samples {
-		samples[i] = time.Duration(i+1) * time.Millisecond
-	}
-	rand.Shuffle(len(samples), func(i, j int) { samples[i], samples[j] = samples[j], samples[i] })
-	s := summarize(samples)
-	want := Summary{Count: 1000, Min: 1, Mean: 500.5, P50: 500, P90: 900, P99: 990, P999: 999, Max: 1000}
-	if s != want {
-		t.Errorf("summarize = %+v, want %+v", s, want)
-	}
-	if !slices.IsSorted(samples) {
-		t.Error("samples not sorted in place")
-	}
-}
 
 func TestBucketIndex(t *testing.T) {
 	tests := []struct {

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"runtime/debug"
-	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/clockd/clockd/internal/benchkit"
 )
 
 // peer is a job queue under test. Its workers hand every job they get to a
@@ -59,42 +59,6 @@ func (r *recorder) record(now time.Time, i int) {
 		r.distinct.Add(1)
 	default:
 		r.duplicates.Add(1)
-	}
-}
-
-// Summary is a distribution of lateness in milliseconds (clockbench's).
-type Summary struct {
-	Count int     `json:"count"`
-	Min   float64 `json:"min_ms"`
-	Mean  float64 `json:"mean_ms"`
-	P50   float64 `json:"p50_ms"`
-	P90   float64 `json:"p90_ms"`
-	P99   float64 `json:"p99_ms"`
-	P999  float64 `json:"p999_ms"`
-	Max   float64 `json:"max_ms"`
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// percentile is the nearest-rank p-th percentile of sorted samples.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	rank := int(math.Ceil(p/100*float64(len(sorted)) - 1e-9))
-	return sorted[min(max(rank, 1), len(sorted))-1]
-}
-
-func summarize(s []time.Duration) Summary {
-	if len(s) == 0 {
-		return Summary{}
-	}
-	slices.Sort(s)
-	var sum float64
-	for _, d := range s {
-		sum += float64(d)
-	}
-	return Summary{
-		Count: len(s), Min: ms(s[0]), Mean: sum / float64(len(s)) / float64(time.Millisecond),
-		P50: ms(percentile(s, 50)), P90: ms(percentile(s, 90)), P99: ms(percentile(s, 99)),
-		P999: ms(percentile(s, 99.9)), Max: ms(s[len(s)-1]),
 	}
 }
 
@@ -209,7 +173,7 @@ func run(ctx context.Context, cfg config, pr peer, scenario string, logf func(st
 	}
 	var quiet QuietWait
 	if cfg.quietBusy > 0 {
-		if quiet = waitQuiet(ctx, cfg.quietBusy, cfg.quietMax); !quiet.Quiet {
+		if quiet = benchkit.WaitQuiet(ctx, cfg.quietBusy, cfg.quietMax); !quiet.Quiet {
 			logf("%s %s: the machine is still %.0f%% busy after %.1fs; starting anyway", pr.Name(), scenario, quiet.BusyPct, quiet.WaitedS)
 		}
 	}
@@ -239,7 +203,7 @@ func run(ctx context.Context, cfg config, pr peer, scenario string, logf func(st
 	res := &Result{
 		Peer: pr.Name(), Version: moduleVersion(pr.Module()), Settings: pr.Settings(), Scenario: scenario,
 		N: n, SpanS: span.Seconds(), LeadS: p.firstDue.Sub(start).Seconds(),
-		FirstDue: p.firstDue.UTC(), LastDue: lastDue.UTC(), Quiet: quiet, LoadAvg: loadAvg(),
+		FirstDue: p.firstDue.UTC(), LastDue: lastDue.UTC(), Quiet: quiet, LoadAvg: benchkit.LoadAvg(),
 	}
 	logf("%s %s: enqueueing %d jobs due %s .. %s", pr.Name(), scenario, n,
 		p.firstDue.Format("15:04:05.000"), lastDue.Format("15:04:05.000"))
@@ -257,8 +221,8 @@ func run(ctx context.Context, cfg config, pr peer, scenario string, logf func(st
 
 	// wait for every job, then -settle more for duplicates, or until
 	// -grace after the last due time
-	series := startCPUSeries()
-	defer series.stop()
+	series := benchkit.StartSeries(cpuEvery, benchkit.ReadMark)
+	defer series.Stop()
 	deadline := lastDue.Add(cfg.grace)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -274,7 +238,7 @@ func run(ctx context.Context, cfg config, pr peer, scenario string, logf func(st
 			done = !allAt.IsZero() && now.Sub(allAt) >= cfg.settle || now.After(deadline)
 		}
 	}
-	series.stop()
+	series.Stop()
 	if err := stop(); err != nil {
 		res.Notes = append(res.Notes, "stop: "+err.Error())
 	}
@@ -312,11 +276,11 @@ func run(ctx context.Context, cfg config, pr peer, scenario string, logf func(st
 		res.LastReceiptS = time.Unix(0, last).Sub(p.firstDue).Seconds()
 	}
 	if time.Duration(last-first) >= minDrainCPUSpan {
-		if a, b, ok := series.window(time.Unix(0, first), time.Unix(0, last)); ok {
+		if a, b, ok := series.Window(time.Unix(0, first), time.Unix(0, last)); ok {
 			u := cpuBetween(a, b)
 			between := 0
 			for i := range n {
-				if t := rec.recv[i].Load(); t >= a.at.UnixNano() && t <= b.at.UnixNano() {
+				if t := rec.recv[i].Load(); t >= a.When.UnixNano() && t <= b.When.UnixNano() {
 					between++
 				}
 			}
@@ -326,7 +290,7 @@ func run(ctx context.Context, cfg config, pr peer, scenario string, logf func(st
 			}
 		}
 	}
-	res.Lateness = summarize(late)
+	res.Lateness = benchkit.Summarize(late)
 	if res.Early > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d jobs received early, at most %.1f ms; %d of them before the whole second their due time falls in",
 			res.Early, -res.Lateness.Min, res.EarlyBeforeSecond))
