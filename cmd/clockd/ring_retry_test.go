@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/httpapi"
 	"github.com/clockd/clockd/internal/testenv"
 )
@@ -89,6 +91,41 @@ func TestRingFailedAttempts(t *testing.T) {
 		}
 	})
 
+	t.Run("latest_ring_at equal to ring_at rings when on time", func(t *testing.T) {
+		t.Parallel()
+		cons := testenv.Consume(t, e.AMQP, e.Exchange, "ontime")
+		at := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+		specs := make([]ringSpec, 10)
+		for i := range specs {
+			ringAt := at.Add(time.Duration(i*37) * time.Millisecond)
+			specs[i] = ringSpec{App: "ontime", BusinessID: fmt.Sprintf("eq-%d", i), RingAt: ringAt,
+				Extra: map[string]any{"latest_ring_at": ringAt.Format(time.RFC3339Nano)}}
+		}
+		postClocks(t, d, specs)
+		rung := 0
+		for _, s := range specs {
+			c := waitClock(t, d, s.App, s.BusinessID, 10*time.Second, "finished", func(c httpapi.Clock) bool {
+				return c.Status != "pending" && c.Status != "firing"
+			})
+			switch c.Status {
+			case "rung":
+				rung++
+			case "expired": // fired late, past its millisecond: not rung
+			default:
+				t.Errorf("%s: %s, want rung or expired", s.BusinessID, c.Status)
+			}
+		}
+		// a clock fired within its millisecond rings: before, every one
+		// expired (the firing instant, in nanoseconds, counted as after)
+		if rung == 0 {
+			t.Errorf("none of %d clocks whose latest_ring_at is their ring_at rang", len(specs))
+		}
+		time.Sleep(500 * time.Millisecond)
+		if n := cons.Distinct(); n != rung {
+			t.Errorf("%d delivered, %d rung", n, rung)
+		}
+	})
+
 	t.Run("dead after max_attempts, replay rings it", func(t *testing.T) {
 		t.Parallel()
 		_, ringAt := create(t, "dying", "d-1", map[string]any{"max_attempts": 2})
@@ -127,4 +164,43 @@ func TestRingFailedAttempts(t *testing.T) {
 			t.Errorf("attempts %d after the ring that followed the replay, want 1 (the budget restarted)", c.Attempts)
 		}
 	})
+}
+
+// A failed attempt whose backoff would end past latest_ring_at is followed
+// by a last try shortly before the limit (alarm.LastTryLead), early enough
+// that a try fired a little late still rings. Before, the last try was
+// scheduled at the limit itself and, fired an instant after it, expired the
+// clock without a try.
+func TestLastTryBeforeLatestRingAt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := testenv.StartClockd(t, e.vars(map[string]string{"CLOCKD_RETRY_MIN": "10s", "CLOCKD_RETRY_MAX": "10s"}))
+	// attempt 1 is unroutable and its backoff (5-10 s) passes the limit:
+	// the last try comes alarm.LastTryLead before it, and a queue bound
+	// meanwhile gets the ring
+	ringAt := time.Now().Add(500 * time.Millisecond).UTC().Truncate(time.Millisecond)
+	latest := ringAt.Add(2 * time.Second)
+	postClocks(t, d, []ringSpec{{App: "lasttry", BusinessID: "l-1", RingAt: ringAt,
+		Extra: map[string]any{"latest_ring_at": latest.Format(time.RFC3339Nano)}}})
+	c := waitClock(t, d, "lasttry", "l-1", 10*time.Second, "its last try scheduled", func(c httpapi.Clock) bool {
+		next, _ := time.Parse(time.RFC3339Nano, c.NextTryAt)
+		return c.Status != "pending" && c.Status != "firing" ||
+			c.Status == "pending" && c.Attempts >= 1 && next.After(latest.Add(-alarm.LastTryLead-time.Millisecond))
+	})
+	next, _ := time.Parse(time.RFC3339Nano, c.NextTryAt)
+	if c.Status != "pending" || !next.Equal(latest.Add(-alarm.LastTryLead)) {
+		t.Fatalf("status %s, next_try_at %s: want pending, the last try %v before latest_ring_at %s",
+			c.Status, c.NextTryAt, alarm.LastTryLead, latest.Format(time.RFC3339Nano))
+	}
+	if left := time.Until(next); left < 50*time.Millisecond {
+		t.Fatalf("only %v before the last try (1.9 s after the first): too little to bind a queue", left)
+	}
+	cons := testenv.Consume(t, e.AMQP, e.Exchange, "lasttry")
+	c = waitClock(t, d, "lasttry", "l-1", 10*time.Second, "finished", func(c httpapi.Clock) bool {
+		return c.Status != "pending" && c.Status != "firing"
+	})
+	if c.Status != "rung" || cons.Distinct() != 1 {
+		t.Errorf("status %s, attempts %d, last_error %v, %d delivered: the last try (%s) before latest_ring_at (%s) was not made",
+			c.Status, c.Attempts, c.LastError, cons.Distinct(), next.Format(time.RFC3339Nano), latest.Format(time.RFC3339Nano))
+	}
 }

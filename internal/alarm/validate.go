@@ -345,10 +345,27 @@ func (p PatchInput) Apply(c Clock, now time.Time, lim Limits) (Clock, error) {
 	}
 	if ok {
 		c.NextTryAt = DueAt(c.RingAt, now)
+	} else if p.LatestSet && !c.LatestRingAt.IsZero() && c.Attempts > 0 {
+		// a failing clock whose retry now comes too late for the new limit
+		// gets its last try before it, as after a failure (LastTryLead)
+		if last := LastTry(c.LatestRingAt); c.NextTryAt.After(last) {
+			c.NextTryAt = DueAt(last, now)
+		}
 	}
 	c.UpdatedAt = now
 	return c, nil
 }
+
+// LastTryLead is how long before latest_ring_at (or an occurrence's
+// deadline) the last try of a failing clock comes: the ring loop fires a
+// due clock a few milliseconds late on a busy machine, and a try fired
+// after the limit is not made. A try that fails within LastTryLead of the
+// limit is the last: the clock expires.
+const LastTryLead = 100 * time.Millisecond
+
+// LastTry is when the last try of a failing clock that must not ring after
+// by comes: LastTryLead before it, in whole milliseconds (as the column).
+func LastTry(by time.Time) time.Time { return by.Add(-LastTryLead).Truncate(time.Millisecond) }
 
 // DueAt is when a clock set to ring at ringAt is first tried: its ring time,
 // or now when that is past ("ring now").

@@ -730,3 +730,46 @@ func TestTrimError(t *testing.T) {
 		}
 	}
 }
+
+// A PATCH that brings latest_ring_at before a failing clock's next retry
+// moves that retry to its last try, LastTryLead before the new limit (or
+// now, when that is past), as a failure would have: before, the retry came
+// after the limit and the clock expired without it. A clock not yet tried,
+// or whose retry comes in time, keeps its next try.
+func TestPatchLatestMovesALateRetry(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	latest := func(d time.Duration) *time.Time { l := now.Add(d); return &l }
+	for _, tt := range []struct {
+		name     string
+		attempts int
+		next     time.Duration // the current next try, from now
+		latest   *time.Time
+		want     time.Duration // the next try after the PATCH, from now
+	}{
+		{"retry after the new limit: the last try before it", 2, 10 * time.Minute, latest(time.Minute), time.Minute - alarm.LastTryLead},
+		{"retry within the lead of the new limit: moved to the last try", 2, time.Minute - 50*time.Millisecond, latest(time.Minute), time.Minute - alarm.LastTryLead},
+		{"new limit sooner than the lead: now", 2, 10 * time.Minute, latest(50 * time.Millisecond), 0},
+		{"retry in time for the new limit: kept", 2, 30 * time.Second, latest(time.Minute), 30 * time.Second},
+		{"not tried yet: its ring time", 0, 30 * time.Second, latest(time.Minute), 30 * time.Second},
+		{"the limit removed: kept", 2, 10 * time.Minute, nil, 10 * time.Minute},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cur := alarm.Clock{ID: 1, Application: "a", BusinessID: "b", Status: alarm.StatusPending,
+				RingAt: now.Add(-time.Minute), NextTryAt: now.Add(tt.next), Attempts: tt.attempts}
+			if tt.attempts == 0 {
+				cur.RingAt = cur.NextTryAt
+			}
+			c, err := alarm.PatchInput{LatestRingAt: tt.latest, LatestSet: true}.Apply(cur, now, alarm.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := now.Add(tt.want); !c.NextTryAt.Equal(want) {
+				t.Errorf("NextTryAt %v, want %v", c.NextTryAt.Sub(now), tt.want)
+			}
+			if !c.RingAt.Equal(cur.RingAt) {
+				t.Errorf("RingAt moved to %v", c.RingAt)
+			}
+		})
+	}
+}

@@ -238,14 +238,7 @@ func TestPublishBoundedByLease(t *testing.T) {
 // was about to confirm was counted failed, retried, and delivered twice.
 func TestPublishWaitFollowsLeaseRenewals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, Config{MinLeaseLeft: 200 * time.Millisecond})
-		h.pub.gate = make(chan struct{})
-		h.feed.setUntil(t0.Add(3 * time.Second))
-		h.add(alarm.Clock{ID: 1, Shard: 1, RingAt: t0.Add(time.Second)})
-		h.advance(time.Second)
-		if n := len(h.pub.published()); n != 1 {
-			t.Fatalf("%d publishes, want 1", n)
-		}
+		h := confirmHeld(t, t0.Add(3*time.Second))
 		// renewed every 750 ms, 2.4 s ahead, as the lease keeper does
 		for range 8 {
 			h.feed.setUntil(h.clk.Now().Add(2400 * time.Millisecond))
@@ -310,14 +303,7 @@ func TestFailedAttemptsAreLoggedSparingly(t *testing.T) {
 // owner already rang the clock (found by review).
 func TestPublishWaitEndsWhenTheHoldEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, Config{MinLeaseLeft: 200 * time.Millisecond})
-		h.pub.gate = make(chan struct{})
-		h.feed.setUntil(t0.Add(8 * time.Second))
-		h.add(alarm.Clock{ID: 1, Shard: 1, RingAt: t0.Add(time.Second)})
-		h.advance(time.Second)
-		if n := len(h.pub.published()); n != 1 {
-			t.Fatalf("%d publishes, want 1", n)
-		}
+		h := confirmHeld(t, t0.Add(8*time.Second))
 		h.advance(time.Second)
 		h.feed.setUntil(h.clk.Now()) // released: the hold ends now
 		h.advance(leaseLook)
@@ -326,4 +312,19 @@ func TestPublishWaitEndsWhenTheHoldEnds(t *testing.T) {
 		}
 		close(h.pub.gate)
 	})
+}
+
+// confirmHeld is a harness whose shard 1 is leased until until, with clock
+// 1 of it published at t0 + 1 s and its confirm held (h.pub.gate).
+func confirmHeld(t *testing.T, until time.Time) *harness {
+	t.Helper()
+	h := newHarness(t, Config{MinLeaseLeft: 200 * time.Millisecond})
+	h.pub.gate = make(chan struct{})
+	h.feed.setUntil(until)
+	h.add(alarm.Clock{ID: 1, Shard: 1, RingAt: t0.Add(time.Second)})
+	h.advance(time.Second)
+	if n := len(h.pub.published()); n != 1 {
+		t.Fatalf("%d publishes, want 1", n)
+	}
+	return h
 }

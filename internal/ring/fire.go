@@ -52,7 +52,7 @@ func (l *Loop) unexpired(batch []claimed, now time.Time) []claimed {
 	var skipped []alarm.Advance
 	ready := make([]claimed, 0, len(batch))
 	for _, c := range batch {
-		if by := c.RingBy(); !by.IsZero() && now.After(by) {
+		if by := c.RingBy(); !by.IsZero() && passed(now, by) {
 			if c.Recurring() {
 				// the occurrence is skipped; the clock moves on
 				skipped = append(skipped, alarm.AdvanceOf(c.Clock, alarm.StatusExpired, now, now,

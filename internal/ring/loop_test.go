@@ -171,7 +171,8 @@ func TestFailedPublish(t *testing.T) {
 		{"retried after the backoff", clockAt(1, t0.Add(time.Second)), alarm.StatusPending, 750 * time.Millisecond, true},
 		{"second failure of max_attempts 2: dead", alarm.Clock{ID: 2, RingAt: t0.Add(time.Second), Attempts: 1, MaxAttempts: 2}, alarm.StatusDead, 0, false},
 		{"max_attempts 1: dead", alarm.Clock{ID: 3, RingAt: t0.Add(time.Second), MaxAttempts: 1}, alarm.StatusDead, 0, false},
-		{"next try after latest_ring_at: the last try at it", alarm.Clock{ID: 4, RingAt: t0.Add(time.Second), LatestRingAt: t0.Add(1500 * time.Millisecond)}, alarm.StatusPending, 500 * time.Millisecond, true},
+		{"next try after latest_ring_at: the last try shortly before it", alarm.Clock{ID: 4, RingAt: t0.Add(time.Second), LatestRingAt: t0.Add(1500 * time.Millisecond)}, alarm.StatusPending, 500*time.Millisecond - alarm.LastTryLead, true},
+		{"failed within the lead of latest_ring_at: expired", alarm.Clock{ID: 7, RingAt: t0.Add(time.Second), LatestRingAt: t0.Add(time.Second + alarm.LastTryLead/2)}, alarm.StatusExpired, 0, false},
 		{"latest_ring_at when it fails: expired", alarm.Clock{ID: 6, RingAt: t0.Add(time.Second), LatestRingAt: t0.Add(time.Second)}, alarm.StatusExpired, 0, false},
 		{"next try before latest_ring_at: retried", alarm.Clock{ID: 5, RingAt: t0.Add(time.Second), LatestRingAt: t0.Add(2 * time.Second)}, alarm.StatusPending, 750 * time.Millisecond, true},
 	}

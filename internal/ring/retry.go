@@ -8,8 +8,8 @@ import (
 )
 
 // Retry is the policy for failed attempts: capped exponential backoff with
-// jitter (the last try at latest_ring_at), expiry past latest_ring_at,
-// death after max_attempts.
+// jitter (the last try shortly before latest_ring_at), expiry past
+// latest_ring_at, death after max_attempts.
 type Retry struct {
 	Min, Max time.Duration
 	// Rand returns a number in [0, 1); nil means math/rand/v2.
@@ -32,17 +32,29 @@ func (r Retry) Outcome(c alarm.Clock, now time.Time, err error) alarm.Outcome {
 		return o
 	}
 	next := now.Add(r.Backoff(attempt)).Truncate(time.Millisecond)
-	if by := c.RingBy(); !by.IsZero() && next.After(by) {
-		// the last try is at latest_ring_at (or the occurrence's deadline):
-		// a clock expires once that has passed, not while it may still
-		// ring (a queue bound meanwhile gets it)
-		if !now.Before(by) {
-			o.Status = alarm.StatusExpired
-			return o
+	if by := c.RingBy(); !by.IsZero() {
+		// the last try comes alarm.LastTryLead before latest_ring_at (or the
+		// occurrence's deadline), so that a try a little late still rings
+		// in time; a clock expires once that try has failed, not while
+		// it may still ring (a queue bound meanwhile gets it)
+		if last := alarm.LastTry(by); next.After(last) {
+			if !now.Before(last) {
+				// this was the last try (or came even later): none is left
+				o.Status = alarm.StatusExpired
+				return o
+			}
+			next = last
 		}
-		next = by.Truncate(time.Millisecond)
 	}
 	o.Status = alarm.StatusPending
 	o.NextTryAt = next
 	return o
+}
+
+// passed reports whether a ring at now would come after by (latest_ring_at
+// or an occurrence's deadline). Clocks keep their times to the millisecond,
+// so a ring within by's own millisecond is at by, not after it: a clock
+// whose latest_ring_at is its ring_at rings when it fires on time.
+func passed(now, by time.Time) bool {
+	return now.Truncate(time.Millisecond).After(by)
 }

@@ -96,7 +96,10 @@ func TestOutcome(t *testing.T) {
 		{"max_attempts 1: dead at once", 0, 1, 0, alarm.StatusDead, 0},
 		{"beyond max_attempts (lowered by a reschedule): dead", 5, 2, 0, alarm.StatusDead, 0},
 		{"next try before latest_ring_at retries", 0, 0, time.Second, alarm.StatusPending, 750 * time.Millisecond},
-		{"next try after latest_ring_at: the last try at it", 0, 0, 500 * time.Millisecond, alarm.StatusPending, 500 * time.Millisecond},
+		{"next try after latest_ring_at: the last try shortly before it", 0, 0, 500 * time.Millisecond, alarm.StatusPending, 400 * time.Millisecond},
+		{"next try within the lead of latest_ring_at: the last try shortly before it", 0, 0, 800 * time.Millisecond, alarm.StatusPending, 700 * time.Millisecond},
+		{"failed within the lead of latest_ring_at: that was the last try", 0, 0, 60 * time.Millisecond, alarm.StatusExpired, 0},
+		{"the last try failed: expired before the limit", 0, 0, alarm.LastTryLead, alarm.StatusExpired, 0},
 		{"latest_ring_at passed a moment ago: expired", 0, 0, -time.Millisecond, alarm.StatusExpired, 0},
 		{"latest_ring_at already passed: expired", 0, 0, -time.Second, alarm.StatusExpired, 0},
 		{"dead wins over expired", 1, 2, -time.Second, alarm.StatusDead, 0},
@@ -126,5 +129,27 @@ func TestOutcome(t *testing.T) {
 				t.Errorf("NextTryAt %v is not whole milliseconds (the column is)", o.NextTryAt)
 			}
 		})
+	}
+}
+
+// A ring is after latest_ring_at only from the millisecond after it: the
+// times are kept to the millisecond, so a clock whose latest_ring_at is its
+// ring_at rings when it fires within that millisecond.
+func TestPassedToTheMillisecond(t *testing.T) {
+	by := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC).Add(250 * time.Millisecond)
+	for _, tt := range []struct {
+		now  time.Duration // from by
+		want bool
+	}{
+		{-time.Millisecond, false},
+		{0, false},
+		{400 * time.Microsecond, false},
+		{999 * time.Microsecond, false},
+		{time.Millisecond, true},
+		{time.Second, true},
+	} {
+		if got := passed(by.Add(tt.now), by); got != tt.want {
+			t.Errorf("passed(by%+v) = %v, want %v", tt.now, got, tt.want)
+		}
 	}
 }
