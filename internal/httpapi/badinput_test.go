@@ -332,6 +332,10 @@ func TestErrorMessagesNameWhatIsWrong(t *testing.T) {
 		{"patch payload null", "PATCH", "/v1/clocks/order/every", body{"payload": nil}, "payload: ", "not null"},
 		{"a delay for a recurring clock", "PATCH", "/v1/clocks/order/every", body{"delay": "5m"}, "delay: ", "schedule"},
 		{"a ring_at for a recurring clock", "PATCH", "/v1/clocks/order/every", body{"ring_at": "2030-01-01T00:00:00Z"}, "ring_at: ", "schedule"},
+		{"an offset of a whole day", "POST", "/v1/clocks", createBody("order", "x", "delay", nil, "ring_at", "2030-01-02T10:00:00+24:00"),
+			"ring_at: ", "not an RFC 3339 time"},
+		{"a latest_ring_at with a one-digit hour", "POST", "/v1/clocks", createBody("order", "x", "latest_ring_at", "2030-01-02T1:00:00Z"),
+			"latest_ring_at: ", "not an RFC 3339 time"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			msg := e.with(t).mustError(400, tt.method, tt.path, tt.body)

@@ -417,7 +417,7 @@ func parseTime(field string, raw json.RawMessage) (*time.Time, error) {
 	if !valid {
 		return nil, notUTF8(field)
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := alarm.ParseRFC3339(s)
 	if err != nil {
 		return nil, badField(field, "%q is not an RFC 3339 time such as \"2026-01-01T10:30:00.000Z\"", s)
 	}
