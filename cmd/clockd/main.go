@@ -47,6 +47,8 @@ Usage:
   clockd [-config PATH] [serve]          run the server (applies pending migrations first
                                          unless mysql.migrate_on_start is false)
   clockd [-config PATH] migrate [up]     apply the schema and exit
+  clockd [-config PATH] migrate up-to VERSION
+                                         apply the pending migrations up to VERSION only
   clockd [-config PATH] migrate status   show applied migrations
   clockd [-config PATH] migrate down [-confirm]
                                          roll back the newest migration
@@ -122,9 +124,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if len(rest) > 0 && !slices.Contains(migrateCommands, rest[0]) {
 			return fmt.Errorf("unknown migrate command %q (%s)", rest[0], strings.Join(migrateCommands, ", "))
 		}
-		if len(rest) > 0 && rest[0] == "down-to" {
+		if len(rest) > 0 && (rest[0] == "down-to" || rest[0] == "up-to") {
 			if len(rest) < 2 {
-				return errors.New("migrate down-to: which version? (clockd migrate status lists them)")
+				return fmt.Errorf("migrate %s: which version? (clockd migrate status lists them)", rest[0])
 			}
 			maxArgs = 2
 		}

@@ -16,7 +16,7 @@ import (
 )
 
 // migrateCommands are the subcommands of clockd migrate.
-var migrateCommands = []string{"up", "status", "down", "down-to"}
+var migrateCommands = []string{"up", "up-to", "status", "down", "down-to"}
 
 func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, confirm bool, stdout io.Writer) error {
 	sub := args[0]
@@ -44,6 +44,23 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 			return nil
 		}
 		fmt.Fprintf(stdout, "schema up to date (version %d); %d shards\n", have, n)
+	case "up-to":
+		v, err := migrationVersion("up-to", args[1])
+		if err != nil {
+			return err
+		}
+		if err := mysql.MigrateDSNUpTo(ctx, cfg.MySQL.DSN, log, v); err != nil {
+			return err
+		}
+		have, _, err := mysql.SchemaVersions(ctx, db)
+		if err != nil {
+			return err
+		}
+		if have > v {
+			fmt.Fprintf(stdout, "schema at version %d, past %d: nothing applied\n", have, v)
+			return nil
+		}
+		fmt.Fprintf(stdout, "schema now at version %d; the migrations after it are pending (clockd migrate applies them)\n", have)
 	case "down", "down-to":
 		return migrateDown(ctx, db, args, confirm, stdout)
 	case "status":
@@ -85,9 +102,9 @@ func migrateDown(ctx context.Context, db *sqlx.DB, args []string, confirm bool, 
 			target = applied[len(applied)-2]
 		}
 	} else {
-		v, err := strconv.ParseInt(args[1], 10, 64)
-		if err != nil || v < 0 || args[1] != strconv.FormatInt(v, 10) {
-			return fmt.Errorf("migrate down-to: version %q is not a migration number such as 13 (clockd migrate status lists them)", args[1])
+		v, err := migrationVersion("down-to", args[1])
+		if err != nil {
+			return err
 		}
 		if v >= current {
 			fmt.Fprintf(stdout, "schema at version %d: nothing to roll back to version %d\n", current, v)
@@ -127,4 +144,13 @@ func migrateDown(ctx context.Context, db *sqlx.DB, args []string, confirm bool, 
 	}
 	fmt.Fprintf(stdout, "schema now at version %d\n", target)
 	return nil
+}
+
+// migrationVersion parses the VERSION of migrate up-to and down-to.
+func migrationVersion(sub, arg string) (int64, error) {
+	v, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil || v < 0 || arg != strconv.FormatInt(v, 10) || sub == "up-to" && v == 0 {
+		return 0, fmt.Errorf("migrate %s: version %q is not a migration number such as 13 (clockd migrate status lists them)", sub, arg)
+	}
+	return v, nil
 }

@@ -16,14 +16,7 @@ import (
 // running instances or without -confirm.
 func TestMigrateDownIsOneStepConfirmedAndRefusedUnderLiveInstances(t *testing.T) {
 	t.Parallel()
-	dsn := testenv.MySQLDSN(t)
-	env := runEnvOf(map[string]string{"CLOCKD_MYSQL_DSN": dsn, "CLOCKD_SHARDS": "4", "CLOCKD_LOG_LEVEL": "warn"})
-	ctx := context.Background()
-	migrate := func(args ...string) (string, error) {
-		var stdout, stderr bytes.Buffer
-		err := run(ctx, append([]string{"migrate"}, args...), env, &stdout, &stderr)
-		return stdout.String(), err
-	}
+	dsn, migrate := migrateCommand(t)
 	if _, err := migrate("up"); err != nil {
 		t.Fatal(err)
 	}
@@ -125,5 +118,17 @@ func TestMigrateDownIsOneStepConfirmedAndRefusedUnderLiveInstances(t *testing.T)
 	}
 	if out, err := migrate("down", "-confirm"); err != nil || !strings.Contains(out, "nothing to roll back") {
 		t.Errorf("migrate down on an empty schema: %v, %q", err, out)
+	}
+}
+
+// migrateCommand returns a fresh database's DSN and a function that runs
+// `clockd migrate ARGS...` on it, returning what it printed.
+func migrateCommand(t *testing.T) (string, func(args ...string) (string, error)) {
+	dsn := testenv.MySQLDSN(t)
+	env := runEnvOf(map[string]string{"CLOCKD_MYSQL_DSN": dsn, "CLOCKD_SHARDS": "4", "CLOCKD_LOG_LEVEL": "warn"})
+	return dsn, func(args ...string) (string, error) {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), append([]string{"migrate"}, args...), env, &stdout, &stderr)
+		return stdout.String(), err
 	}
 }

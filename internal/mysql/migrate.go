@@ -37,6 +37,13 @@ func Migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger) error {
 // that gave up after mysql's usual read timeout (30 s) would cut the
 // connection and so abort the migration halfway.
 func MigrateDSN(ctx context.Context, dsn string, log *slog.Logger) error {
+	return MigrateDSNUpTo(ctx, dsn, log, 0)
+}
+
+// MigrateDSNUpTo is MigrateDSN up to version only (0: every migration): the
+// first step of an upgrade that runs a migration by other means (a large
+// table's CHECK added with gh-ost, and its version marked applied).
+func MigrateDSNUpTo(ctx context.Context, dsn string, log *slog.Logger, version int64) error {
 	cfg, err := PrepareDSN(dsn)
 	if err != nil {
 		return err
@@ -47,13 +54,23 @@ func MigrateDSN(ctx context.Context, dsn string, log *slog.Logger) error {
 		return err
 	}
 	defer db.Close()
-	return migrate(ctx, db, log, schemaLockWait)
+	return migrateUpTo(ctx, db, log, schemaLockWait, version)
 }
 
 func migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.Duration) error {
+	return migrateUpTo(ctx, db, log, wait, 0)
+}
+
+func migrateUpTo(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.Duration, version int64) error {
 	p, err := provider(db, log, wait)
 	if err != nil {
 		return err
+	}
+	up := func(ctx context.Context) ([]*goose.MigrationResult, error) {
+		if version > 0 {
+			return p.UpTo(ctx, version)
+		}
+		return p.Up(ctx)
 	}
 	// An empty goose_db_version, seen under the lock, means another
 	// instance is still creating it (seen once in CI with four instances
@@ -61,7 +78,7 @@ func migrate(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.Durat
 	// look again shortly rather than fail the start.
 	var res []*goose.MigrationResult
 	for attempt := 1; ; attempt++ {
-		res, err = p.Up(ctx)
+		res, err = up(ctx)
 		if err == nil || attempt == 10 || !strings.Contains(err.Error(), "missing zero version") {
 			break
 		}
