@@ -112,7 +112,7 @@ func (s *Store) FinishedBefore(ctx context.Context, st alarm.Status, before, aft
 		UpdateTime int64 `db:"update_time"`
 	}
 	a := ms(afterAt)
-	err := s.db.SelectContext(ctx, &rows, `SELECT id, update_time FROM clock
+	err := s.db.SelectContext(ctx, &rows, `SELECT id, update_time FROM `+byStatus+`
 		WHERE status = ? AND update_time < ? AND (update_time > ? OR (update_time = ? AND id > ?))
 		ORDER BY update_time, id LIMIT ?`, string(st), ms(before), a, a, afterID, limit)
 	if err != nil {
@@ -407,6 +407,16 @@ func (s *Store) CountClocks(ctx context.Context) (map[alarm.Status]int64, error)
 	return out, nil
 }
 
+// byStatus is clock read along idx_clock_status_update from a cursor
+// (update_time, id). The index is forced: when many clocks share the
+// cursor's millisecond (a batch of creates or of rung marks), MariaDB's
+// estimates sometimes chose a ref access on (status) or (status,
+// update_time), which reads every entry of that millisecond before the
+// cursor's id (0.13 s and 800,000 entries for one counting statement of
+// 50,000 in the 10 M drain bench). Forced, the range starts at the cursor,
+// through the index's primary-key suffix.
+const byStatus = "clock FORCE INDEX (idx_clock_status_update)"
+
 // countFrom counts up to countChunk clocks in status st after the cursor
 // (afterAt, afterID) in idx_clock_status_update order, and returns the
 // cursor after them; end when that was the last of the status. Two index
@@ -418,7 +428,7 @@ func (s *Store) countFrom(ctx context.Context, st alarm.Status, afterAt, afterID
 		At int64 `db:"update_time"`
 		ID int64 `db:"id"`
 	}
-	err = s.db.GetContext(ctx, &last, "SELECT update_time, id FROM clock WHERE "+after+
+	err = s.db.GetContext(ctx, &last, "SELECT update_time, id FROM "+byStatus+" WHERE "+after+
 		" ORDER BY update_time, id LIMIT 1 OFFSET ?", string(st), afterAt, afterAt, afterID, countChunk-1)
 	switch {
 	case err == nil:
@@ -426,7 +436,7 @@ func (s *Store) countFrom(ctx context.Context, st alarm.Status, afterAt, afterID
 	case !errors.Is(err, sql.ErrNoRows):
 		return 0, 0, 0, false, mapErr(err)
 	}
-	if err := s.db.GetContext(ctx, &n, "SELECT COUNT(*) FROM clock WHERE "+after, string(st), afterAt, afterAt, afterID); err != nil {
+	if err := s.db.GetContext(ctx, &n, "SELECT COUNT(*) FROM "+byStatus+" WHERE "+after, string(st), afterAt, afterAt, afterID); err != nil {
 		return 0, 0, 0, false, mapErr(err)
 	}
 	return n, afterAt, afterID, true, nil
