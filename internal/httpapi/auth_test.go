@@ -126,7 +126,7 @@ func TestAuthMatrix(t *testing.T) {
 
 	type endpoint struct {
 		name       string
-		kind       string // read, write, admin or open
+		kind       string // read, write, admin, token (any valid one) or open
 		ok         int    // status of a caller that may
 		method     string
 		path       func() string
@@ -164,6 +164,7 @@ func TestAuthMatrix(t *testing.T) {
 		{"quota set", "admin", 200, "PUT", static("/v1/applications/order/quota"), func() any {
 			return map[string]int{"max_live_clocks": 0, "creates_per_second": 0, "max_payload_bytes": 0}
 		}, false},
+		{"openapi", "token", 200, "GET", static("/v1/openapi.json"), noBody, false},
 		{"healthz", "open", 200, "GET", static("/healthz"), noBody, false},
 		{"readyz", "open", 200, "GET", static("/readyz"), noBody, false},
 	}
@@ -178,6 +179,11 @@ func TestAuthMatrix(t *testing.T) {
 			for _, c := range []caller{none, bad, rev, oth, wrongScope, ownC, adm, boot} {
 				want[c.name] = 200
 			}
+		case "token":
+			for _, c := range []caller{oth, wrongScope, ownC, adm, boot} {
+				want[c.name] = ep.ok
+			}
+			want[none.name], want[bad.name], want[rev.name] = 401, 401, 401
 		case "admin":
 			want = map[string]int{none.name: 401, bad.name: 401, rev.name: 401, oth.name: 403, wrongScope.name: 403,
 				ownC.name: 403, adm.name: ep.ok, boot.name: ep.ok}

@@ -16,6 +16,7 @@ type access int
 
 const (
 	open      access = iota // no token: /healthz, /readyz
+	needToken               // any valid token: the API's own description
 	needRead                // a token with the read scope (the application is checked by the handler)
 	needWrite               // a token with the write scope (likewise)
 	needAdmin               // a token of the admin kind
