@@ -114,8 +114,8 @@ func (c *Client) Tokens(ctx context.Context, application string) ([]Token, error
 	return ans.Tokens, err
 }
 
-// RevokeToken stops a token at once (within auth.cache_ttl on the other
-// instances). Not retried.
+// RevokeToken stops a token at once, on every instance the broker reaches
+// (within auth.cache_ttl on one it does not). Not retried.
 func (c *Client) RevokeToken(ctx context.Context, id int64) (Token, error) {
 	var t Token
 	_, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/tokens/" + strconv.FormatInt(id, 10)}, &t)

@@ -32,8 +32,8 @@ Manages the API tokens of clockd (POST, GET /v1/tokens, DELETE
 create prints the new token's secret alone on stdout: it is shown only
 once. A token of an application may use that application's clocks: read
 (get, list), write (create, batch, cancel, reschedule, replay). Revoking
-stops a token at once on the instance that revoked it and within
-auth.cache_ttl (5s) on the others. The very first admin token is made
+stops a token at once on every instance the broker reaches (within
+auth.cache_ttl, 5s, on one it does not). The very first admin token is made
 without the API: clockd token create --admin.
 
 Examples:

@@ -268,3 +268,46 @@ func TestQuotaAdmit(t *testing.T) {
 		t.Errorf("another application: %v", errs)
 	}
 }
+
+// Two instances on one store: a revocation through one is told (OnRevoke)
+// and the other forgets the token (Forget), so it stops working there at
+// once, not when the other's cache entry expires.
+func TestRevokeIsToldAndForgotten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, clk := newFake(), &clock{t: time.Unix(1e9, 0)}
+	var other *auth.Authenticator
+	var told []int64
+	one := auth.New(st, auth.Config{Mode: auth.ModeTokens, CacheTTL: 5 * time.Second, Now: clk.now,
+		OnRevoke: func(_ context.Context, id int64) { told = append(told, id); other.Forget(id) }})
+	other = auth.New(st, auth.Config{Mode: auth.ModeTokens, CacheTTL: 5 * time.Second, Now: clk.now})
+	tok, secret, err := one.CreateToken(ctx, auth.NewToken{Application: "order", Scopes: []auth.Scope{auth.ScopeRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, keepSecret, err := one.CreateToken(ctx, auth.NewToken{Application: "order", Scopes: []auth.Scope{auth.ScopeRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{secret, keepSecret} {
+		if _, err := other.Authenticate(ctx, "Bearer "+s); err != nil { // cached there now
+			t.Fatal(err)
+		}
+	}
+	lookups := st.lookups
+	if _, err := one.RevokeToken(ctx, tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	if len(told) != 1 || told[0] != tok.ID {
+		t.Fatalf("told %v, want [%d]", told, tok.ID)
+	}
+	if _, err := other.Authenticate(ctx, "Bearer "+secret); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Errorf("revoked through the other instance, within its cache TTL: %v, want unauthenticated at once", err)
+	}
+	if p, err := other.Authenticate(ctx, "Bearer "+keepSecret); err != nil || p.TokenID != keep.ID {
+		t.Errorf("another token: %+v %v", p, err)
+	}
+	if st.lookups != lookups+1 {
+		t.Errorf("%d lookups after the revocation, want 1 (the forgotten token only)", st.lookups-lookups)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,12 @@ type Config struct {
 	CacheTTL time.Duration
 	Now      func() time.Time
 	Logger   *slog.Logger
+	// OnRevoke, when set, is called after a revocation through this
+	// instance, before RevokeToken returns, to tell the other instances
+	// (clockd: a broadcast over the broker, whose receivers call Forget):
+	// the token then stops working everywhere at once, and within CacheTTL
+	// where the word did not arrive.
+	OnRevoke func(ctx context.Context, id int64)
 }
 
 // Authenticator turns a request's bearer token into a Principal and manages
@@ -54,6 +61,7 @@ type Authenticator struct {
 	ttl       time.Duration
 	now       func() time.Time
 	log       *slog.Logger
+	onRevoke  func(ctx context.Context, id int64)
 
 	mu      sync.RWMutex
 	cache   map[[32]byte]cached
@@ -103,7 +111,7 @@ func New(store Store, cfg Config) *Authenticator {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	a := &Authenticator{store: store, mode: cfg.Mode, ttl: cfg.CacheTTL, now: cfg.Now, log: cfg.Logger,
-		cache: map[[32]byte]cached{}}
+		onRevoke: cfg.OnRevoke, cache: map[[32]byte]cached{}}
 	if cfg.AdminToken != "" {
 		h := sha256.Sum256([]byte(cfg.AdminToken))
 		a.adminHash = h[:]
@@ -211,12 +219,16 @@ func (a *Authenticator) byHash(ctx context.Context, hash [32]byte) (Principal, e
 // lookup asks the store once for every concurrent request with the same
 // token, caches the answer and, for a valid token, records its use.
 func (a *Authenticator) lookup(ctx context.Context, hash [32]byte, now time.Time) (cached, error) {
-	v, err := a.flight.do(ctx, string(hash[:]), func() (any, error) {
+	// A request after a revocation (here, or told by another instance:
+	// Forget) must not share a lookup begun before it, whose answer may be
+	// "valid": the revocations seen so far are part of the lookup's key.
+	a.mu.RLock()
+	revokes := a.revokes
+	a.mu.RUnlock()
+	key := string(hash[:]) + strconv.FormatUint(revokes, 10)
+	v, err := a.flight.do(ctx, key, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
 		defer cancel()
-		a.mu.RLock()
-		revokes := a.revokes
-		a.mu.RUnlock()
 		tok, err := a.store.TokenByHash(ctx, hash)
 		c := cached{expires: now.Add(a.ttl)}
 		switch {
@@ -285,13 +297,25 @@ func (a *Authenticator) ListTokens(ctx context.Context, app string) ([]Token, er
 	return a.store.ListTokens(ctx, app)
 }
 
-// RevokeToken revokes a token: it stops working here at once, and on other
-// instances once their cache entry expires (CacheTTL).
+// RevokeToken revokes a token: it stops working here at once, on the other
+// instances as soon as they hear of it (OnRevoke), and at the latest once
+// their cache entry expires (CacheTTL).
 func (a *Authenticator) RevokeToken(ctx context.Context, id int64) (Token, error) {
 	t, err := a.store.RevokeToken(ctx, id, a.now())
 	if err != nil {
 		return Token{}, err
 	}
+	a.Forget(id)
+	if a.onRevoke != nil {
+		a.onRevoke(ctx, id)
+	}
+	return t, nil
+}
+
+// Forget drops token id from the cache, so that its next use asks the
+// store: it was revoked (here or through another instance). A lookup under
+// way is not cached.
+func (a *Authenticator) Forget(id int64) {
 	a.mu.Lock()
 	a.revokes++
 	for h, c := range a.cache {
@@ -300,7 +324,6 @@ func (a *Authenticator) RevokeToken(ctx context.Context, id int64) (Token, error
 		}
 	}
 	a.mu.Unlock()
-	return t, nil
 }
 
 // group runs one call per key at a time; concurrent callers of the same key

@@ -32,6 +32,7 @@ import (
 type Hints struct {
 	urls           []string // the nodes, tried in turn
 	exchange, self string
+	tokens         string // the exchange of revoked tokens
 	log            *slog.Logger
 	onHint         func(alarm.Due)
 	retry          backoff.Policy
@@ -48,6 +49,19 @@ type Hints struct {
 	onConnected   func()
 	asks          map[int]struct{} // shards whose hints could not go, to ask about (under mu)
 	askSignal     chan struct{}
+
+	onRevoked func(id int64)
+	revokes   []int64       // revoked token ids to tell the others (under mu)
+	forgotten []int64       // others' revoked token ids forgotten here, to acknowledge (under mu)
+	waits     []*revokeWait // Revoke calls waiting for the others' acknowledgements (under mu)
+}
+
+// revokeWait is a Revoke call waiting until every instance it names has
+// acknowledged the revocation of token id.
+type revokeWait struct {
+	id   int64
+	need map[string]bool // instance ids not heard from yet
+	done chan struct{}   // closed once need is empty
 }
 
 // HintConfig configures Hints.
@@ -69,7 +83,29 @@ type HintConfig struct {
 	// caller reads again what they would have told (clockd: every shard
 	// owned here is rescanned).
 	OnConnected func()
+	// OnRevoked, when set, is called for each token another instance
+	// revoked (Revoke), so that this one stops accepting it at once.
+	OnRevoked func(id int64)
 }
+
+// Revoked tokens' ids (8 bytes each) go through a fanout exchange of their
+// own, <exchange>.tokens, bound to the same queue as the hints: an instance
+// of a release before it, in a rolling upgrade, binds only the hints and
+// so never takes a revocation for a hint. Each instance that forgets a
+// token acknowledges it there, so that the revoking one knows when every
+// other has.
+const (
+	tokenRevokedType   = "clockd.token-revoked"
+	tokenForgottenType = "clockd.token-forgotten"
+)
+
+// maxPendingRevokes bounds the revocations (and acknowledgements) waiting
+// for a connection; past it the others learn of a revocation from their
+// caches' expiry only.
+const maxPendingRevokes = 10000
+
+// revokeWaitMax bounds how long Revoke waits for the acknowledgements.
+const revokeWaitMax = time.Second
 
 const hintSize = 20 // id (8) + shard (4) + due ms (8)
 
@@ -93,9 +129,10 @@ func NewHints(cfg HintConfig) *Hints {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Hints{urls: SplitURLs(cfg.URL), exchange: cfg.Exchange + ".hints", self: cfg.InstanceID,
+	h := &Hints{urls: SplitURLs(cfg.URL), exchange: cfg.Exchange + ".hints", tokens: cfg.Exchange + ".tokens", self: cfg.InstanceID,
 		log: cfg.Logger, onHint: cfg.OnHint, signal: make(chan struct{}, 1),
 		onUndelivered: cfg.OnUndelivered, onConnected: cfg.OnConnected, asks: map[int]struct{}{}, askSignal: make(chan struct{}, 1),
+		onRevoked:  cfg.OnRevoked,
 		retry:      backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		maxPending: maxPendingHints,
 		dropLog:    lograte.New(dropLogEvery, time.Now),
@@ -158,10 +195,117 @@ func (h *Hints) Send(ds []alarm.Due) {
 	} else {
 		h.ask(ds[take:])
 	}
+	h.wake()
+}
+
+// Revoke tells the other instances that token id was revoked (their
+// OnRevoked) and, with a connection, waits until each of peers (the
+// instance ids that should hear of it) has acknowledged that it forgot the
+// token, revokeWaitMax at most: a request sent to any of them after Revoke
+// returns finds the token revoked. Without a connection it does not wait:
+// the word goes when the connection is back, and meanwhile the others stop
+// accepting the token when their cache entries expire.
+func (h *Hints) Revoke(ctx context.Context, id int64, peers []string) {
+	w := &revokeWait{id: id, need: map[string]bool{}, done: make(chan struct{})}
+	for _, p := range peers {
+		if p != h.self {
+			w.need[p] = true
+		}
+	}
+	h.mu.Lock()
+	if len(h.revokes) < maxPendingRevokes {
+		h.revokes = append(h.revokes, id)
+	}
+	wait := len(w.need) > 0 && h.connected.Load()
+	if wait {
+		h.waits = append(h.waits, w)
+	}
+	h.mu.Unlock()
+	h.wake()
+	if !wait {
+		return
+	}
+	t := time.NewTimer(revokeWaitMax)
+	select {
+	case <-w.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	h.mu.Lock()
+	h.waits = slices.DeleteFunc(h.waits, func(x *revokeWait) bool { return x == w })
+	h.mu.Unlock()
+}
+
+// wake has the session publish what waits.
+func (h *Hints) wake() {
 	select {
 	case h.signal <- struct{}{}:
 	default:
 	}
+}
+
+// tokenMessage handles a message of the token exchange from another instance: a
+// revocation is forgotten here (OnRevoked) and acknowledged; an
+// acknowledgement counts for the Revoke calls waiting for it.
+func (h *Hints) tokenMessage(m amqp.Delivery) {
+	var ids []int64
+	for body := m.Body; len(body) >= 8; body = body[8:] {
+		ids = append(ids, int64(binary.BigEndian.Uint64(body)))
+	}
+	switch m.Type {
+	case tokenRevokedType:
+		for _, id := range ids {
+			if h.onRevoked != nil {
+				h.onRevoked(id)
+			}
+		}
+		h.mu.Lock()
+		if len(h.forgotten)+len(ids) <= maxPendingRevokes {
+			h.forgotten = append(h.forgotten, ids...)
+		}
+		h.mu.Unlock()
+		h.wake()
+	case tokenForgottenType:
+		h.mu.Lock()
+		for _, w := range h.waits {
+			if w.need[m.AppId] && slices.Contains(ids, w.id) {
+				delete(w.need, m.AppId)
+				if len(w.need) == 0 {
+					close(w.done)
+				}
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// publishIDs publishes token ids of one type on the token exchange (none:
+// nothing).
+func (h *Hints) publishIDs(ctx context.Context, ch *amqp.Channel, typ string, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	body := make([]byte, 0, 8*len(ids))
+	for _, id := range ids {
+		body = binary.BigEndian.AppendUint64(body, uint64(id))
+	}
+	if err := ch.PublishWithContext(ctx, h.tokens, "", false, false,
+		amqp.Publishing{AppId: h.self, Type: typ, ContentType: "application/octet-stream", Body: body}); err != nil {
+		return fmt.Errorf("publish token ids: %w", err)
+	}
+	return nil
+}
+
+// putBack returns what a session took to publish and could not, ahead of
+// what came since: it goes at the next connection (the others' token
+// caches expire meanwhile, auth.cache_ttl).
+func (h *Hints) putBack(ds []alarm.Due, revokes, forgotten []int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pending = append(ds, h.pending...)
+	h.revokes = append(revokes, h.revokes...)
+	h.forgotten = append(forgotten, h.forgotten...)
 }
 
 // ask queues a request for the rescan of the shards of ds (see
@@ -264,15 +408,19 @@ func (h *Hints) session(ctx context.Context, url string) error {
 	}
 	// auto-delete: gone when the last instance's queue is
 	// (tests and renamed exchanges leave nothing behind)
-	if err := ch.ExchangeDeclare(h.exchange, "fanout", false, true, false, false, nil); err != nil {
-		return fmt.Errorf("declare %s: %w", h.exchange, err)
+	for _, x := range []string{h.exchange, h.tokens} {
+		if err := ch.ExchangeDeclare(x, "fanout", false, true, false, false, nil); err != nil {
+			return fmt.Errorf("declare %s: %w", x, err)
+		}
 	}
 	q, err := ch.QueueDeclare("", false, true, true, false, amqp.Table{"x-message-ttl": int32(30000)})
 	if err != nil {
 		return fmt.Errorf("declare hint queue: %w", err)
 	}
-	if err := ch.QueueBind(q.Name, "", h.exchange, false, nil); err != nil {
-		return fmt.Errorf("bind hint queue: %w", err)
+	for _, x := range []string{h.exchange, h.tokens} {
+		if err := ch.QueueBind(q.Name, "", x, false, nil); err != nil {
+			return fmt.Errorf("bind hint queue to %s: %w", x, err)
+		}
 	}
 	msgs, err := ch.Consume(q.Name, "", true, true, false, false, nil)
 	if err != nil {
@@ -282,6 +430,14 @@ func (h *Hints) session(ctx context.Context, url string) error {
 	h.connected.Store(true)
 	if h.onConnected != nil {
 		h.onConnected()
+	}
+	// what waits (queued without a connection, or put back by a session
+	// whose publish failed) goes now, not at the next Send or Revoke
+	h.mu.Lock()
+	waiting := len(h.pending) + len(h.revokes) + len(h.forgotten)
+	h.mu.Unlock()
+	if waiting > 0 {
+		h.wake()
 	}
 	defer func() {
 		// the hints still waiting go at the next connection, if any: ask
@@ -302,14 +458,28 @@ func (h *Hints) session(ctx context.Context, url string) error {
 			if !ok {
 				return fmt.Errorf("hint consumer closed")
 			}
-			if m.AppId != h.self {
+			switch {
+			case m.Exchange == h.tokens:
+				if m.AppId != h.self {
+					h.tokenMessage(m)
+				}
+			case m.AppId != h.self:
 				h.deliver(m.Body)
 			}
 		case <-h.signal:
 			h.mu.Lock()
-			ds := h.pending
-			h.pending = nil
+			ds, revokes, forgotten := h.pending, h.revokes, h.forgotten
+			h.pending, h.revokes, h.forgotten = nil, nil, nil
 			h.mu.Unlock()
+			// acknowledgements first: once sent, they are not sent again
+			if err := h.publishIDs(ctx, ch, tokenForgottenType, forgotten); err != nil {
+				h.putBack(ds, revokes, forgotten)
+				return err
+			}
+			if err := h.publishIDs(ctx, ch, tokenRevokedType, revokes); err != nil {
+				h.putBack(ds, revokes, nil)
+				return err
+			}
 			for len(ds) > 0 {
 				n := min(len(ds), 2000)
 				body := make([]byte, 0, n*hintSize)
