@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"runtime/metrics"
 	"time"
 
@@ -49,14 +48,6 @@ func registerOpsMetrics(reg prometheus.Registerer, shards int, ping func(context
 				return 1
 			}),
 	)
-}
-
-// withConsole serves the console under /ui/ and everything else by the API.
-func withConsole(api, con http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle(console.Prefix, con) // "/ui" redirects to "/ui/"
-	mux.Handle("/", api)
-	return mux
 }
 
 // instanceStats writes, with each heartbeat, what the console shows of this

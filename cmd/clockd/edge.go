@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -15,15 +16,17 @@ import (
 	"github.com/clockd/clockd/internal/mysql"
 )
 
-// newAuth wires the authenticator and the quotas on the database.
-func newAuth(cfg config.Config, db *sqlx.DB, log *slog.Logger) (*auth.Authenticator, *auth.Quotas) {
+// newAuth wires the authenticator and the quotas on the database; a token
+// revoked through this instance is told to the others by onRevoke.
+func newAuth(cfg config.Config, db *sqlx.DB, log *slog.Logger, onRevoke func(ctx context.Context, id int64)) (*auth.Authenticator, *auth.Quotas) {
 	store := mysql.NewAuthStore(db)
 	mode := auth.Mode(cfg.AuthMode())
 	if mode == auth.ModeOff && !config.IsLoopback(cfg.HTTP.Addr) {
 		log.Warn("auth is off on an address that is not loopback (auth.allow_off_on_public): anyone who reaches it may use every application's clocks",
 			"addr", cfg.HTTP.Addr)
 	}
-	a := auth.New(store, auth.Config{Mode: mode, AdminToken: cfg.Auth.AdminToken, CacheTTL: cfg.Auth.CacheTTL, Logger: log})
+	a := auth.New(store, auth.Config{Mode: mode, AdminToken: cfg.Auth.AdminToken, CacheTTL: cfg.Auth.CacheTTL, Logger: log,
+		OnRevoke: onRevoke})
 	q := auth.NewQuotas(store, auth.QuotaConfig{CacheTTL: cfg.Auth.CacheTTL})
 	return a, q
 }

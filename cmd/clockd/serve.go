@@ -15,8 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/auth"
 	"github.com/clockd/clockd/internal/clocksync"
 	"github.com/clockd/clockd/internal/config"
+	"github.com/clockd/clockd/internal/console"
 	"github.com/clockd/clockd/internal/httpapi"
 	"github.com/clockd/clockd/internal/janitor"
 	"github.com/clockd/clockd/internal/mysql"
@@ -117,11 +119,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	clk := clocksync.New(log, reg)
 	queue := ring.NewQueue()
 	var feeder *preload.Manager
+	var authn *auth.Authenticator // a token revoked elsewhere is forgotten here at once
+	var quotas *auth.Quotas
 	hints := rabbit.NewHints(rabbit.HintConfig{
 		URL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, InstanceID: cfg.Cluster.InstanceID, Logger: log,
 		OnHint: func(d alarm.Due) { feeder.Offer(d) }, Registerer: reg,
 		OnUndelivered: store.AskRescan,
 		OnConnected:   func() { feeder.RecheckAll() },
+		OnRevoked:     func(id int64) { authn.Forget(id) },
 	})
 	feeder = preload.New(preload.Config{
 		InstanceID: cfg.Cluster.InstanceID, HTTPAddr: ln.Addr().String(), Shards: shards,
@@ -150,7 +155,20 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}, queue, store, publisher{pub}, feeder)
 
 	svc := alarm.NewService(store, feeder, clk.Now, alarm.Limits{MaxPayloadBytes: cfg.Clock.MaxPayloadBytes}, cfg.MySQL.RequestTimeout)
-	authn, quotas := newAuth(cfg, db, log)
+	authn, quotas = newAuth(cfg, db, log, func(ctx context.Context, id int64) {
+		// the live instances acknowledge that they forgot the token before
+		// the revocation is answered (1 s at most)
+		peers, err := mysql.LiveInstances(ctx, db)
+		if err != nil {
+			log.Warn("token revoked: the live instances could not be read, so the revocation is answered without their acknowledgement",
+				"token", id, "err", err)
+		}
+		hints.Revoke(ctx, id, peers)
+	})
+	con, err := newConsole(cfg, svc, store, mysql.NewAuthStore(db), shards, authn, reg, log)
+	if err != nil {
+		return err
+	}
 	handler := httpapi.New(httpapi.Options{
 		Service: svc, Logger: log, Registerer: reg, Gatherer: reg,
 		MaxBodyBytes: int64(cfg.HTTP.MaxBodyBytes),
@@ -163,11 +181,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			{Name: "shards", Check: func(context.Context) error { return feeder.Ready() }},
 		},
 		Cluster: func(ctx context.Context) (any, error) { return clusterView(ctx, store) },
+		// the console under /ui/, within the same cap as the API
+		Console: con, ConsolePrefix: console.Prefix,
 	})
-	con, err := newConsole(cfg, svc, store, mysql.NewAuthStore(db), shards, authn, reg, log)
-	if err != nil {
-		return err
-	}
 
 	if cfg.HTTP.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.HTTP.PprofAddr, log)
@@ -191,7 +207,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	janitorC := start(log, "janitor", jan.Run)
 	consoleC := start(log, "console", con.Run)
 
-	srv.Handler = withConsole(handler, con)
+	srv.Handler = handler
 	srv.RegisterOnShutdown(con.Close)
 	https := srv.TLSConfig != nil
 	errc := make(chan error, 1)

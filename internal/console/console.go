@@ -30,6 +30,7 @@ import (
 
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/auth"
+	"github.com/clockd/clockd/internal/lograte"
 )
 
 //go:embed templates/*.html
@@ -104,6 +105,24 @@ type Console struct {
 	// cop refuses the posts a browser sends for a page of another origin
 	// (Sec-Fetch-Site, or an Origin other than the Host), as the API does.
 	cop *http.CrossOriginProtection
+	// refusals rate-limits the log lines of refused logins and actions:
+	// anyone can send them at their request rate (a guessed token, a form
+	// without its CSRF token).
+	refusals *lograte.Limiter
+}
+
+// refusalLogEvery is how often a refused login or action is logged, per
+// kind; the next line counts those held back.
+const refusalLogEvery = 10 * time.Second
+
+// refused logs a refused login or action, at most once per refusalLogEvery
+// and kind.
+func (c *Console) refused(level slog.Level, kind string, args ...any) {
+	ok, heldBack := c.refusals.Allow(kind, 1)
+	if !ok {
+		return
+	}
+	c.log.Log(context.Background(), level, kind, append(args, "like_refusals_not_logged", heldBack)...)
 }
 
 // staleLimit: a kept read older than this is read again before the page
@@ -132,7 +151,7 @@ func New(o Options) (*Console, error) {
 		o.Fresh = 10 * time.Second
 	}
 	c := &Console{o: o, sessions: sessions, log: o.Logger, mux: http.NewServeMux(), sampler: newSampler(o.Gatherer), closing: make(chan struct{}),
-		cop: http.NewCrossOriginProtection()}
+		cop: http.NewCrossOriginProtection(), refusals: lograte.New(refusalLogEvery, time.Now)}
 	c.overviewSnap = &kept[overviewStats]{fresh: o.Fresh, stale: staleLimit, load: c.readOverview, now: o.Now}
 	c.failingSnap = &kept[failing]{fresh: o.Fresh, stale: staleLimit, load: c.readFailing, now: o.Now}
 	if err := c.parseTemplates(); err != nil {
@@ -301,7 +320,7 @@ func (c *Console) action(fn actionFunc) http.HandlerFunc {
 			return
 		}
 		if !sess.checkCSRF(r.PostFormValue("csrf")) {
-			c.log.Warn("console action refused: CSRF token missing or wrong", "path", r.URL.Path, "remote", r.RemoteAddr)
+			c.refused(slog.LevelWarn, "console action refused: CSRF token missing or wrong", "path", r.URL.Path, "remote", r.RemoteAddr)
 			v.Title = "Refused"
 			c.failStatus(w, v, http.StatusForbidden, "Refused: the form's CSRF token is missing or does not belong to this session. Reload the page and try again.")
 			return
@@ -389,6 +408,9 @@ func (c *Console) render(w http.ResponseWriter, code int, name string, v *view) 
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	if code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5") // MySQL did not answer: as the API's 503s say
+	}
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(b.String()))
 }

@@ -260,7 +260,7 @@ func (c *Console) move(w http.ResponseWriter, r *http.Request) (string, string, 
 	var p alarm.PatchInput
 	if d, err := time.ParseDuration(when); err == nil {
 		p.When = alarm.When{Delay: &d, DelaySet: true}
-	} else if t, err := time.Parse(time.RFC3339Nano, when); err == nil {
+	} else if t, err := alarm.ParseRFC3339(when); err == nil {
 		p.When = alarm.When{At: &t, AtSet: true}
 	} else {
 		return "", "", &alarm.FieldError{Field: "when", Kind: alarm.ErrInvalid,

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"strings"
@@ -150,7 +151,26 @@ func (s session) checkCSRF(got string) bool {
 
 func cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
 	return &http.Cookie{Name: name, Value: value, Path: Prefix, MaxAge: maxAge, HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
+		Secure: overHTTPS(r), SameSite: http.SameSiteStrictMode}
+}
+
+// overHTTPS reports whether the browser reached the console over HTTPS:
+// clockd's own TLS, or a proxy in front that ended TLS and says so
+// (X-Forwarded-Proto or Forwarded: proto=https). A client that claims it
+// falsely only makes its own cookies HTTPS-only.
+func overHTTPS(r *http.Request) bool {
+	if r.TLS != nil || strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https") {
+		return true
+	}
+	for _, f := range r.Header.Values("Forwarded") {
+		for _, part := range strings.FieldsFunc(f, func(c rune) bool { return c == ';' || c == ',' }) {
+			k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+			if strings.EqualFold(k, "proto") && strings.EqualFold(strings.Trim(v, `"`), "https") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // nonce returns the visitor's CSRF cookie, setting a new one when there is
@@ -309,7 +329,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil || token == "" {
-		c.log.Info("console login refused", "remote", r.RemoteAddr)
+		c.refused(slog.LevelInfo, "console login refused", "remote", r.RemoteAddr)
 		v.Error = "That is not a valid token of the admin kind."
 		c.render(w, http.StatusUnauthorized, "login", v)
 		return

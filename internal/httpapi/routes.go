@@ -51,6 +51,12 @@ type Options struct {
 	// its own: a stalled database answers 503, not a hung request.
 	// Default alarm.DefaultTimeout.
 	DBTimeout time.Duration
+	// Console, when set, is served under ConsolePrefix (the operator
+	// console, /ui/), within the same MaxConcurrent cap as the API: its
+	// pages and its session checks ask MySQL too, and anyone can send
+	// them requests.
+	Console       http.Handler
+	ConsolePrefix string
 }
 
 // MaxBatch is the most clocks one batch create may carry.
@@ -123,14 +129,23 @@ func New(o Options) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	a.handle("GET /readyz", open, a.readyz)
-	a.handle("GET /v1/openapi.json", open, a.openAPI)
+	a.handle("GET /v1/openapi.json", needToken, a.openAPI) // SPEC: every call under /v1 needs a token
 	if o.Gatherer != nil {
 		a.handle("GET /metrics", needAdmin, promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}).ServeHTTP, anyQuery)
 	}
 	// No catch-all route: the mux itself answers 404 for an unknown path
 	// and 405 with Allow for a known path with another method; misses
 	// turns both into JSON errors.
-	return withRequestState(instrument(crossOrigin(misses(a.mux)), o.Registerer), o.Logger)
+	root := withRequestState(instrument(crossOrigin(misses(a.mux)), o.Registerer), o.Logger)
+	if o.Console == nil {
+		return root
+	}
+	mux := http.NewServeMux()
+	mux.Handle(o.ConsolePrefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.limit.serve(w, r, a.maxBody, o.Console.ServeHTTP)
+	}))
+	mux.Handle("/", root)
+	return mux
 }
 
 // crossOrigin refuses the unsafe requests (POST, PATCH, PUT, DELETE) that a
