@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
@@ -163,15 +162,11 @@ func (s *Store) ReleaseLeases(ctx context.Context, owner string, shards []int) e
 	if len(shards) == 0 {
 		return nil
 	}
-	args := []any{owner}
-	for _, sh := range shards {
-		args = append(args, sh)
+	args := make([]any, len(shards))
+	for i, sh := range shards {
+		args[i] = sh
 	}
-	if _, err := s.db.ExecContext(ctx, "UPDATE clock_shard SET owner = NULL, lease_until = 0, update_time = "+dbNowMS+
-		" WHERE owner = ? AND shard IN ("+placeholders(len(shards))+")", args...); err != nil {
-		return fmt.Errorf("release leases: %w", mapErr(err))
-	}
-	return nil
+	return s.release(ctx, owner, "shard IN ("+placeholders(len(shards))+")", args)
 }
 
 // ReleaseLeasesAt gives shards up under the given epochs only: a lease of
@@ -181,14 +176,15 @@ func (s *Store) ReleaseLeasesAt(ctx context.Context, owner string, leases []alar
 	if len(leases) == 0 {
 		return nil
 	}
-	args := []any{owner}
-	pairs := make([]string, len(leases))
-	for i, l := range leases {
-		pairs[i] = "(?,?)"
-		args = append(args, l.Shard, l.Epoch)
-	}
+	pairs, args := leasePairs(leases)
+	return s.release(ctx, owner, "(shard, epoch) IN ("+pairs+")", args)
+}
+
+// release gives up owner's leases of the shards that cond (with args)
+// names.
+func (s *Store) release(ctx context.Context, owner, cond string, args []any) error {
 	if _, err := s.db.ExecContext(ctx, "UPDATE clock_shard SET owner = NULL, lease_until = 0, update_time = "+dbNowMS+
-		" WHERE owner = ? AND (shard, epoch) IN ("+strings.Join(pairs, ",")+")", args...); err != nil {
+		" WHERE owner = ? AND "+cond, append([]any{owner}, args...)...); err != nil {
 		return fmt.Errorf("release leases: %w", mapErr(err))
 	}
 	return nil

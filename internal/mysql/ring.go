@@ -51,6 +51,16 @@ func (s *Store) LoadDue(ctx context.Context, shard int, afterAt time.Time, after
 	return out, nil
 }
 
+// leasePairs is the (shard, epoch) pairs of leases as an IN list, and its
+// arguments.
+func leasePairs(leases []alarm.Lease) (string, []any) {
+	args := make([]any, 0, 2*len(leases))
+	for _, l := range leases {
+		args = append(args, l.Shard, l.Epoch)
+	}
+	return strings.TrimSuffix(strings.Repeat("(?,?),", len(leases)), ","), args
+}
+
 // idMatch is the condition "id is one of ids" (sorted ascending) and its
 // arguments. A list of many ids close together (a burst created together
 // and due together: a hot second) is read as one primary-key range with the
@@ -145,16 +155,10 @@ func (s *Store) Claim(ctx context.Context, owner string, leases []alarm.Lease, i
 	b.WriteString(" END WHERE " + match + " AND " + unclaimed + " AND next_try_time <= ?")
 	args = append(args, margs...)
 	args = append(args, ms(until))
-	b.WriteString(" AND shard IN (SELECT shard FROM clock_shard WHERE owner = ? AND lease_until > " + dbNowMS + " AND (shard, epoch) IN (")
+	pairs, pargs := leasePairs(leases)
+	b.WriteString(" AND shard IN (SELECT shard FROM clock_shard WHERE owner = ? AND lease_until > " + dbNowMS + " AND (shard, epoch) IN (" + pairs + "))")
 	args = append(args, owner)
-	for i, l := range leases {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?)")
-		args = append(args, l.Shard, l.Epoch)
-	}
-	b.WriteString("))")
+	args = append(args, pargs...)
 	if err := s.execRetry(ctx, b.String(), args...); err != nil {
 		return nil, fmt.Errorf("claim %d clocks: %w", len(ids), mapErr(err))
 	}
