@@ -190,7 +190,8 @@ type cachedOnlyKey struct{}
 // CachedOnly is ctx for an Authenticate that answers from the cache only:
 // a token it would have to look up gives ErrNeedsLookup (the HTTP layer
 // uses it when as many lookups as requests are under way, so that made-up
-// tokens cannot crowd out the known ones).
+// tokens cannot crowd out the known ones). A token found valid before,
+// whose entry has expired, is still looked up again.
 func CachedOnly(ctx context.Context) context.Context {
 	return context.WithValue(ctx, cachedOnlyKey{}, true)
 }
@@ -201,7 +202,10 @@ func (a *Authenticator) byHash(ctx context.Context, hash [32]byte) (Principal, e
 	c, hit := a.cache[hash]
 	a.mu.RUnlock()
 	if !hit || now.After(c.expires) {
-		if ctx.Value(cachedOnlyKey{}) != nil {
+		// a valid token whose entry has expired is looked up again even
+		// from the cache only: there are only as many of them as real
+		// tokens, and made-up ones must not lock them out past their TTL
+		if ctx.Value(cachedOnlyKey{}) != nil && !(hit && c.ok) {
 			return Principal{}, ErrNeedsLookup
 		}
 		var err error

@@ -8,6 +8,7 @@ package httpapi_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/clockd/clockd/internal/alarm"
@@ -126,5 +128,78 @@ func TestConcurrencyCapCoversMadeUpTokens(t *testing.T) {
 	if held > limit {
 		t.Errorf("%d of %d requests with made-up tokens were held more than 1 s each, waiting on MySQL at once; "+
 			"max_concurrent_requests is %d: the rest should have answered 503 at once", held, n, limit)
+	}
+}
+
+// stallUnknown is a token store whose lookups of any token but one hang
+// until release is closed: made-up tokens hold every check slot while
+// the known token's own lookup would answer at once.
+type stallUnknown struct {
+	auth.Store
+	known   [32]byte
+	release chan struct{}
+}
+
+func (s *stallUnknown) TokenByHash(ctx context.Context, hash [32]byte) (auth.Token, error) {
+	if hash != s.known {
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return auth.Token{}, ctx.Err()
+		}
+	}
+	return s.Store.TokenByHash(ctx, hash)
+}
+
+// A valid token whose cache entry has expired, while made-up tokens hold
+// every check slot, is looked up again (found by review: it answered 503
+// once per auth.cache_ttl under a flood of made-up tokens).
+func TestMadeUpTokensDoNotCrowdOutKnownTokensPastTheirTTL(t *testing.T) {
+	t.Parallel()
+	var st *stallUnknown
+	const ttl = 300 * time.Millisecond
+	const limit = 4
+	var au *auth.Authenticator
+	e := newAPIDB(t, func(db *sqlx.DB, o *httpapi.Options) {
+		st = &stallUnknown{Store: mysqlstore.NewAuthStore(db), release: make(chan struct{})}
+		au = auth.New(st, auth.Config{Mode: auth.ModeTokens, AdminToken: bootstrapAdmin, CacheTTL: ttl})
+		o.Auth = au
+		o.MaxConcurrent = limit
+	})
+	defer close(st.release)
+	tok, known, err := au.CreateToken(context.Background(), auth.NewToken{Admin: true, Name: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.known = sha256.Sum256([]byte(known))
+	metrics := func() int {
+		req, _ := http.NewRequest("GET", e.srv.URL+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+known)
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("GET /metrics: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := metrics(); code != http.StatusOK {
+		t.Fatalf("GET /metrics with stored admin token %d: %d", tok.ID, code)
+	}
+	time.Sleep(2 * ttl) // its entry has expired; the token is as valid as ever
+
+	for range 3 * limit {
+		go func() {
+			var b [32]byte
+			_, _ = rand.Read(b[:])
+			req, _ := http.NewRequest("GET", e.srv.URL+"/v1/clocks/order/o-1", nil)
+			req.Header.Set("Authorization", "Bearer "+auth.SecretPrefix+base64.RawURLEncoding.EncodeToString(b[:]))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // every check slot holds a made-up token
+	if code := metrics(); code != http.StatusOK {
+		t.Errorf("a known valid token past its cache TTL, while made-up tokens hold every check slot: %d, want 200", code)
 	}
 }
