@@ -182,7 +182,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		Cluster: func(ctx context.Context) (any, error) { return clusterView(ctx, store) },
 		// the console under /ui/, within the same cap as the API
-		Console: con, ConsolePrefix: console.Prefix,
+		Console: con, ConsolePrefix: console.Prefix, ConsoleMaxBody: console.MaxBodyBytes,
 	})
 
 	if cfg.HTTP.PprofAddr != "" {

@@ -105,29 +105,47 @@ type Console struct {
 	// cop refuses the posts a browser sends for a page of another origin
 	// (Sec-Fetch-Site, or an Origin other than the Host), as the API does.
 	cop *http.CrossOriginProtection
-	// refusals rate-limits the log lines of refused logins and actions:
-	// anyone can send them at their request rate (a guessed token, a form
-	// without its CSRF token).
+	// refusals rate-limits the log lines of refused logins and actions,
+	// and of requests the database could not serve: anyone can send them
+	// at their request rate (a guessed token, a form without its CSRF
+	// token, a made-up session cookie during an outage).
 	refusals *lograte.Limiter
 }
 
-// refusalLogEvery is how often a refused login or action is logged, per
-// kind; the next line counts those held back.
+// refusalLogEvery is how often a refused login or action, or a request
+// failed by the database, is logged, per kind; the next line counts those
+// held back.
 const refusalLogEvery = 10 * time.Second
 
 // refused logs a refused login or action, at most once per refusalLogEvery
 // and kind.
 func (c *Console) refused(level slog.Level, kind string, args ...any) {
+	c.rated(level, kind, "like_refusals_not_logged", args...)
+}
+
+// storeFailed logs a request the database could not serve (a session or a
+// token that could not be checked), at most once per refusalLogEvery and
+// kind: during an outage every page view, login and reconnecting live tail
+// would write one line each.
+func (c *Console) storeFailed(kind string, args ...any) {
+	c.rated(slog.LevelWarn, kind, "like_failures_not_logged", args...)
+}
+
+func (c *Console) rated(level slog.Level, kind, heldKey string, args ...any) {
 	ok, heldBack := c.refusals.Allow(kind, 1)
 	if !ok {
 		return
 	}
-	c.log.Log(context.Background(), level, kind, append(args, "like_refusals_not_logged", heldBack)...)
+	c.log.Log(context.Background(), level, kind, append(args, heldKey, heldBack)...)
 }
 
 // staleLimit: a kept read older than this is read again before the page
 // answers, not shown.
 const staleLimit = 5 * time.Minute
+
+// MaxBodyBytes is the largest body of a console request (an action's
+// form; a login's is capped lower).
+const MaxBodyBytes = 64 << 10
 
 // Prefix is where the console is mounted.
 const Prefix = "/ui/"
@@ -301,7 +319,7 @@ type actionFunc func(w http.ResponseWriter, r *http.Request) (next, msg string, 
 // that session, or it is refused with 403 before anything is read.
 func (c *Console) action(fn actionFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 		sess, err := c.session(w, r)
 		v := &view{AuthOn: c.o.Auth != nil, Instance: c.o.InstanceID, Now: c.o.Now().UTC(), Prefix: Prefix}
 		if errors.Is(err, errNoSession) {
@@ -362,7 +380,11 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, v *view, err erro
 	case errors.Is(err, auth.ErrPermissionDenied):
 		code = http.StatusForbidden
 	}
-	if code >= 500 {
+	switch {
+	case code == http.StatusServiceUnavailable:
+		// the database is not answering: every view says so until it is back
+		c.storeFailed("console page unavailable", "path", r.URL.Path, "err", err)
+	case code >= 500:
 		c.log.Error("console page failed", "path", r.URL.Path, "err", err)
 	}
 	if v.Title == "" {
@@ -382,7 +404,7 @@ func (c *Console) sessionUnchecked(w http.ResponseWriter, r *http.Request, v *vi
 // sessionUncheckedMsg logs a session check that failed on the store and
 // returns what the operator is told.
 func (c *Console) sessionUncheckedMsg(r *http.Request, err error) string {
-	c.log.Warn("console: the session's token could not be checked", "path", r.URL.Path, "err", err)
+	c.storeFailed("console: the session's token could not be checked", "path", r.URL.Path, "err", err)
 	return "Your session could not be checked: clockd's database is not answering. Nothing was done; try again shortly."
 }
 

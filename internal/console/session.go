@@ -323,7 +323,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	err := c.checkAdmin(r.Context(), token)
 	if token != "" && err != nil && unavailable(err) {
-		c.log.Warn("console login: the token could not be checked", "remote", r.RemoteAddr, "err", err)
+		c.storeFailed("console login: the token could not be checked", "remote", r.RemoteAddr, "err", err)
 		v.Error = "The token could not be checked: clockd's database is not answering. Try again shortly."
 		c.render(w, http.StatusServiceUnavailable, "login", v)
 		return
@@ -339,7 +339,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if err := c.sessions.CreateSession(ctx, sessionKey(id), sha256.Sum256([]byte(token)), now, now.Add(SessionTTL)); err != nil {
-		c.log.Warn("console login: the session could not be stored", "remote", r.RemoteAddr, "err", err)
+		c.storeFailed("console login: the session could not be stored", "remote", r.RemoteAddr, "err", err)
 		v.Error = "The session could not be opened: clockd's database is not answering. Try again shortly."
 		c.render(w, http.StatusServiceUnavailable, "login", v)
 		return

@@ -290,7 +290,7 @@ func (c *Console) tailEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		case err := <-werr:
 			if err != nil && ctx.Err() == nil {
-				c.log.Warn("console tail stopped", "application", app, "err", err)
+				c.storeFailed("console tail stopped", "application", app, "err", err)
 				write(sse("failed", map[string]string{"error": err.Error()}))
 			}
 			return

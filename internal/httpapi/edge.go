@@ -103,7 +103,11 @@ func withRequestState(next http.Handler, log *slog.Logger) http.Handler {
 type limiter struct {
 	work    chan struct{}
 	readers chan struct{}
-	checks  chan struct{} // token checks under way (checkIn)
+	// consoleReaders: the console's bodies, received before anything has
+	// checked who sent them (a login form carries its token in the body),
+	// so that clients without a token cannot hold the API's readers
+	consoleReaders chan struct{}
+	checks         chan struct{} // token checks under way (checkIn)
 	// bodies: bytes of request bodies held (received or being received,
 	// until their request ends), at most bodyBudget: 1,024 readers of
 	// 8 MiB bodies would otherwise be 8 GiB
@@ -123,7 +127,8 @@ func newLimiter(most int, maxBody int64) *limiter {
 		return nil
 	}
 	return &limiter{work: make(chan struct{}, most), readers: make(chan struct{}, 4*most), checks: make(chan struct{}, most),
-		bodyBudget: max(bodyBudgetBodies*maxBody, minBodyBudget)}
+		consoleReaders: make(chan struct{}, max(most/4, 4)),
+		bodyBudget:     max(bodyBudgetBodies*maxBody, minBodyBudget)}
 }
 
 // reserve takes n bytes of the body budget, or reports that it is spent.
@@ -241,9 +246,23 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, maxBody int64, h
 		h(w, r)
 		return
 	}
+	l.serveReading(w, r, l.readers, maxBody, h)
+}
+
+// serveConsole is serve for the console: its bodies are received under
+// reader slots of their own.
+func (l *limiter) serveConsole(w http.ResponseWriter, r *http.Request, maxBody int64, h http.HandlerFunc) {
+	if l == nil {
+		h(w, r)
+		return
+	}
+	l.serveReading(w, r, l.consoleReaders, maxBody, h)
+}
+
+func (l *limiter) serveReading(w http.ResponseWriter, r *http.Request, readers chan struct{}, maxBody int64, h http.HandlerFunc) {
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		select {
-		case l.readers <- struct{}{}:
+		case readers <- struct{}{}:
 		default:
 			tooBusy(w, r)
 			return
@@ -258,7 +277,7 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, maxBody int64, h
 			held += n
 			return true
 		})
-		<-l.readers
+		<-readers
 		defer l.bodies.Add(-held)
 		if errors.Is(err, errBodyBudget) {
 			tooBusy(w, r)

@@ -54,9 +54,12 @@ type Options struct {
 	// Console, when set, is served under ConsolePrefix (the operator
 	// console, /ui/), within the same MaxConcurrent cap as the API: its
 	// pages and its session checks ask MySQL too, and anyone can send
-	// them requests.
-	Console       http.Handler
-	ConsolePrefix string
+	// them requests. Its bodies (at most ConsoleMaxBody bytes, default
+	// 64 KiB) are received under reader slots of their own, a quarter of
+	// the API's: they come before any token is checked.
+	Console        http.Handler
+	ConsolePrefix  string
+	ConsoleMaxBody int64
 }
 
 // MaxBatch is the most clocks one batch create may carry.
@@ -136,16 +139,21 @@ func New(o Options) http.Handler {
 	// No catch-all route: the mux itself answers 404 for an unknown path
 	// and 405 with Allow for a known path with another method; misses
 	// turns both into JSON errors.
-	root := withRequestState(instrument(crossOrigin(misses(a.mux)), o.Registerer), o.Logger)
-	if o.Console == nil {
-		return root
+	var h http.Handler = crossOrigin(misses(a.mux))
+	if o.Console != nil {
+		if o.ConsoleMaxBody <= 0 {
+			o.ConsoleMaxBody = 64 << 10
+		}
+		mux := http.NewServeMux()
+		mux.Handle(o.ConsolePrefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			a.limit.serveConsole(w, r, o.ConsoleMaxBody, o.Console.ServeHTTP)
+		}))
+		mux.Handle("/", h)
+		h = mux
 	}
-	mux := http.NewServeMux()
-	mux.Handle(o.ConsolePrefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.limit.serve(w, r, a.maxBody, o.Console.ServeHTTP)
-	}))
-	mux.Handle("/", root)
-	return mux
+	// every answer, the console's too, carries its X-Request-Id and is
+	// counted by route
+	return withRequestState(instrument(h, o.Registerer), o.Logger)
 }
 
 // crossOrigin refuses the unsafe requests (POST, PATCH, PUT, DELETE) that a

@@ -1,0 +1,102 @@
+package console
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/clockd/clockd/internal/auth"
+)
+
+// lockedBuffer is a log sink safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestConsoleOutageDoesNotFloodTheLog: while MySQL does not answer, every
+// console request that carries a session cookie, and every login, logs a
+// WARN line of its own. Anyone can send them: a session cookie is 32
+// random bytes in base64url (no secret needed to forge one that is looked
+// up), and the login form's CSRF token comes with the login page. The
+// README promises that an outage "writes a few lines every 10 s, not one
+// per request" (API failures) and that the console "logs refused logins at
+// most once per 10 s"; an unauthenticated client (or a tab that reloads, or
+// a live tail that reconnects) writes one WARN line per request instead.
+func TestConsoleOutageDoesNotFloodTheLog(t *testing.T) {
+	var logs lockedBuffer
+	con, err := New(Options{Auth: unavailableAuth{}, Sessions: &unavailableSessions{},
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	defer srv.Close()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	const n = 200
+	// Pages and the tail's stream with a made-up session cookie.
+	for i := range n {
+		var b [32]byte
+		_, _ = rand.Read(b[:])
+		path := []string{"/ui/", "/ui/cluster", "/ui/tail/events?app=x"}[i%3]
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.AddCookie(&http.Cookie{Name: sessionCookie, Value: base64.RawURLEncoding.EncodeToString(b[:])})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("GET %s with a made-up session during the outage: %d, want 503", path, resp.StatusCode)
+		}
+	}
+	// Logins with a well-formed token that cannot be checked.
+	resp, err := c.Get(srv.URL + "/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	csrf := between(string(page), `name="csrf" value="`, `"`)
+	token := auth.SecretPrefix + strings.Repeat("a", 43)
+	for range n {
+		resp, err := c.PostForm(srv.URL+"/ui/login", url.Values{"csrf": {csrf}, "token": {token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("login during the outage: %d, want 503", resp.StatusCode)
+		}
+	}
+	out := logs.String()
+	if got := strings.Count(out, `"level":"WARN"`) + strings.Count(out, `"level":"ERROR"`); got > 10 {
+		t.Errorf("%d console requests during a MySQL outage wrote %d WARN/ERROR lines; want a few at most (rate-limited as the API's failures and the console's refused logins are). First lines:\n%.600s",
+			2*n, got, out)
+	}
+}
