@@ -350,3 +350,29 @@ func TestErrorMessagesNameWhatIsWrong(t *testing.T) {
 	// The last ring time there is is accepted.
 	e.mustClock(201, "POST", "/v1/clocks", createBody("order", "last", "delay", nil, "ring_at", "9999-12-31T23:59:59Z"))
 }
+
+// An error names a bad value, but does not echo a megabyte back (found by
+// review: a 1 MB delay made a 1 MB answer); a limit of too many digits is
+// told its bounds, not that it is not a number.
+func TestBadValuesQuotedShort(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	huge := strings.Repeat("9", 100_000)
+	for _, c := range []struct{ method, path, body, want string }{
+		{"POST", "/v1/clocks", js(createBody("order", "big", "delay", huge+"m")), "is not a duration"},
+		{"POST", "/v1/clocks", js(createBody("order", "big", "ring_at", huge)), "is not an RFC 3339 time"},
+		{"POST", "/v1/clocks", js(map[string]any{"application": "order", "business_id": "big",
+			"schedule": map[string]any{"every": huge + "s"}}), "is not a duration"},
+		{"GET", "/v1/clocks?application=order&after=" + huge[:4000] + "x", "", "is not a cursor"},
+		{"GET", "/v1/clocks?application=order&limit=99999999999999999999999", "", "between 1 and 1000"},
+	} {
+		var body any
+		if c.body != "" {
+			body = json.RawMessage(c.body)
+		}
+		msg := e.mustError(400, c.method, c.path, body)
+		if !strings.Contains(msg, c.want) || len(msg) > 1000 {
+			t.Errorf("%s %.60s: message of %d bytes %.200q, want one that says %q in under 1,000 bytes", c.method, c.path, len(msg), msg, c.want)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/quote"
 )
 
 // createBody is the JSON of a create, field by field as raw JSON, so that
@@ -419,7 +420,7 @@ func parseTime(field string, raw json.RawMessage) (*time.Time, error) {
 	}
 	t, err := alarm.ParseRFC3339(s)
 	if err != nil {
-		return nil, badField(field, "%q is not an RFC 3339 time such as \"2026-01-01T10:30:00.000Z\"", s)
+		return nil, badField(field, "%s is not an RFC 3339 time such as \"2026-01-01T10:30:00.000Z\"", quote.Short(s))
 	}
 	return &t, nil
 }
@@ -435,7 +436,7 @@ func parseDelay(raw json.RawMessage) (*time.Duration, error) {
 		}
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			return nil, badField("delay", "%q is not a duration such as \"30m\" or \"1h30m\"", s)
+			return nil, badField("delay", "%s is not a duration such as \"30m\" or \"1h30m\"", quote.Short(s))
 		}
 		return &d, nil
 	}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/auth"
+	"github.com/clockd/clockd/internal/quote"
 )
 
 // DefaultListLimit is the page size when limit is not given.
@@ -37,13 +39,13 @@ func queryParams(r *http.Request, known ...string) (map[string]string, error) {
 		rawName, rawValue, _ := strings.Cut(pair, "=")
 		name, err := url.QueryUnescape(rawName)
 		if err != nil {
-			return nil, badField("query", "parameter name %q is not URL-encoded correctly: %v", rawName, err)
+			return nil, badField("query", "parameter name %s is not URL-encoded correctly", quote.Short(rawName))
 		}
 		if name == "" {
-			return nil, badField("query", "has a parameter without a name: %q", pair)
+			return nil, badField("query", "has a parameter without a name: %s", quote.Short(pair))
 		}
 		if strings.Contains(pair, ";") {
-			return nil, badField(name, "has a \";\" (in %q): query parameters are separated by \"&\"; a \";\" in a value is written %%3B", pair)
+			return nil, badField(name, "has a \";\" (in %s): query parameters are separated by \"&\"; a \";\" in a value is written %%3B", quote.Short(pair))
 		}
 		if !slices.Contains(known, name) {
 			if len(known) == 0 {
@@ -53,7 +55,7 @@ func queryParams(r *http.Request, known ...string) (map[string]string, error) {
 		}
 		value, err := url.QueryUnescape(rawValue)
 		if err != nil {
-			return nil, badField(name, "%q is not URL-encoded correctly: %v", rawValue, err)
+			return nil, badField(name, "%s is not URL-encoded correctly", quote.Short(rawValue))
 		}
 		if _, ok := qs[name]; ok {
 			return nil, badField(name, "is given more than once")
@@ -81,8 +83,10 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	q := alarm.ListQuery{Application: qs["application"], Status: alarm.Status(qs["status"]), Limit: DefaultListLimit}
 	if s := qs["limit"]; s != "" {
 		n, err := parseDecimal(s)
-		if err != nil {
-			a.fail(w, r, badField("limit", "%q is not a positive whole number", s))
+		if errors.Is(err, strconv.ErrRange) {
+			n = 1 << 31 // digits, too many: the range check below names the bounds
+		} else if err != nil {
+			a.fail(w, r, badField("limit", "%s is not a positive whole number", quote.Short(s)))
 			return
 		}
 		q.Limit = int(min(n, 1<<31)) // the range check below names the bounds
@@ -90,7 +94,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	if s := qs["after"]; s != "" {
 		n, err := parseDecimal(s)
 		if err != nil || n <= 0 {
-			a.fail(w, r, badField("after", "%q is not a cursor from a previous page", s))
+			a.fail(w, r, badField("after", "%s is not a cursor from a previous page", quote.Short(s)))
 			return
 		}
 		q.BeforeID = n
@@ -105,7 +109,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	if s := qs["payload"]; s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			a.fail(w, r, badField("payload", "%q is not true or false", s))
+			a.fail(w, r, badField("payload", "%s is not true or false", quote.Short(s)))
 			return
 		}
 		withPayload = b

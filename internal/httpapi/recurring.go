@@ -11,6 +11,7 @@ import (
 
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/auth"
+	"github.com/clockd/clockd/internal/quote"
 )
 
 // Recurring clocks in the API: the "schedule" object of a create or a
@@ -212,7 +213,7 @@ func parseDuration(field string, raw json.RawMessage) (*time.Duration, error) {
 		}
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			return nil, badField(field, "%q is not a duration such as \"30s\" or \"1h30m\"", s)
+			return nil, badField(field, "%s is not a duration such as \"30s\" or \"1h30m\"", quote.Short(s))
 		}
 		return &d, nil
 	}
@@ -269,7 +270,7 @@ func parseRecurring(s string) (*bool, error) {
 	}
 	b, err := strconv.ParseBool(s)
 	if err != nil {
-		return nil, badField("recurring", "%q is not true or false", s)
+		return nil, badField("recurring", "%s is not true or false", quote.Short(s))
 	}
 	return &b, nil
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/clockd/clockd/internal/quote"
 )
 
 // Misfire says what happens when occurrences were missed (clockd or the
@@ -121,11 +123,11 @@ func Parse(s Spec) (*Schedule, error) {
 		}
 		c, err := parser.Parse(expr)
 		if err != nil {
-			return nil, fail("cron", "%q is not a cron expression (minute hour day-of-month month day-of-week, an optional leading seconds field, or @daily-style): %v", expr, err)
+			return nil, fail("cron", "%s is not a cron expression (minute hour day-of-month month day-of-week, an optional leading seconds field, or @daily-style): %v", quote.Short(expr), err)
 		}
 		spec, ok := c.(*cron.SpecSchedule)
 		if !ok {
-			return nil, fail("cron", "%q is not a cron expression", expr)
+			return nil, fail("cron", "%s is not a cron expression", quote.Short(expr))
 		}
 		const allHours = 1<<24 - 1
 		sc.wall = spec.Hour&allHours != allHours
@@ -140,7 +142,7 @@ func Parse(s Spec) (*Schedule, error) {
 		}
 		loc, err := time.LoadLocation(s.TimeZone)
 		if err != nil || s.TimeZone == "Local" {
-			return nil, fail("time_zone", "%q is not an IANA time zone name (such as Europe/Berlin or UTC)", s.TimeZone)
+			return nil, fail("time_zone", "%s is not an IANA time zone name (such as Europe/Berlin or UTC)", quote.Short(s.TimeZone))
 		}
 		sc.loc = loc
 	} else {
@@ -162,7 +164,7 @@ func Parse(s Spec) (*Schedule, error) {
 		s.Misfire = MisfireSkip
 	case MisfireSkip, MisfireCatchUp:
 	default:
-		return nil, fail("misfire", `must be "skip" or "catch_up", got %q`, s.Misfire)
+		return nil, fail("misfire", `must be "skip" or "catch_up", got %s`, quote.Short(string(s.Misfire)))
 	}
 	switch {
 	case s.CatchUpLimit < 0 || s.CatchUpLimit > MaxCatchUpLimit:
