@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/clockd/clockd/internal/alarm"
 )
@@ -102,6 +104,13 @@ func (n NewToken) Check() error {
 	}
 	if len(n.Name) > 255 {
 		return invalid("name", "is longer than 255 bytes")
+	}
+	// a name is shown in terminals (clockctl token list) and the console:
+	// no control characters, which could rewrite what they show
+	for i, r := range n.Name {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return invalid("name", "has a control character or invalid UTF-8 at byte %d", i)
+		}
 	}
 	return nil
 }

@@ -200,6 +200,12 @@ func TestNewTokenCheck(t *testing.T) {
 		{auth.NewToken{Application: "bad app", Scopes: []auth.Scope{"read"}}, "application"},
 		{auth.NewToken{Admin: true, Application: "order"}, "application"},
 		{auth.NewToken{Admin: true, Scopes: []auth.Scope{"read"}}, "scopes"},
+		{auth.NewToken{Admin: true, Name: "ops — on call ☎"}, ""},
+		// names are shown in terminals and the console (found by review)
+		{auth.NewToken{Admin: true, Name: "ops\x1b[2J"}, "name"},
+		{auth.NewToken{Admin: true, Name: "a\nb"}, "name"},
+		{auth.NewToken{Admin: true, Name: "nul\x00"}, "name"},
+		{auth.NewToken{Admin: true, Name: "bad \xff utf-8"}, "name"},
 	} {
 		err := tt.n.Check()
 		var fe *alarm.FieldError
