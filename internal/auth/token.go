@@ -306,14 +306,17 @@ func (a *Authenticator) ListTokens(ctx context.Context, app string) ([]Token, er
 // their cache entry expires (CacheTTL).
 func (a *Authenticator) RevokeToken(ctx context.Context, id int64) (Token, error) {
 	t, err := a.store.RevokeToken(ctx, id, a.now())
-	if err != nil {
+	if err != nil && !errors.Is(err, alarm.ErrUnavailable) {
 		return Token{}, err
 	}
+	// forgotten here and everywhere even when the store did not answer: a
+	// valid token forgotten costs one lookup, a revoked one remembered
+	// works on for auth.cache_ttl
 	a.Forget(id)
 	if a.onRevoke != nil {
 		a.onRevoke(ctx, id)
 	}
-	return t, nil
+	return t, err
 }
 
 // Forget drops token id from the cache, so that its next use asks the

@@ -217,7 +217,7 @@ func (s *Store) commitBatch(wc *writerConn, batch []item) {
 		var unknown *unknownError
 		if errors.As(err, &unknown) {
 			// The COMMIT was sent and its answer lost: find out.
-			results, applied, rerr := s.resolveCreate(ctx, batch, token)
+			results, applied, rerr := s.resolveCreate(ctx, unknown.thread, batch, token)
 			if rerr != nil {
 				err = rerr
 				break
@@ -323,22 +323,33 @@ func keyList(b *strings.Builder, args []any, keys []alarm.Key) []any {
 
 // commit commits tx; an error that is not MySQL's own answer leaves the
 // outcome unknown.
-func commit(tx *sqlx.Tx) error { return commitErr(tx.Commit()) }
+// commit commits tx, whose connection is MySQL thread thread. The COMMIT
+// is a statement under ctx: Tx.Commit sends it with no deadline, and a
+// server that stalled then held the request for the driver's readTimeout
+// (30 s), past mysql.request_timeout + mysql.resolve_timeout.
+func commit(ctx context.Context, tx *sqlx.Tx, thread int64) error {
+	_, err := tx.ExecContext(ctx, "COMMIT")
+	// the transaction is over on the server (or its connection is gone);
+	// database/sql's is not: its ROLLBACK finds nothing to undo
+	_ = tx.Rollback()
+	return commitErr(err, thread)
+}
 
-// commitErr is the error of a COMMIT: MySQL's own answer, or, for any
-// other failure (its answer lost), an *unknownError.
-func commitErr(err error) error {
+// commitErr is the error of a COMMIT sent on MySQL thread thread: MySQL's
+// own answer, or, for any other failure (its answer lost), an
+// *unknownError.
+func commitErr(err error, thread int64) error {
 	var me *mysql.MySQLError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &me) && interrupted(me.Number):
 		// the commit may have been done first: find out
-		return &unknownError{err: fmt.Errorf("commit: %w", err)}
+		return &unknownError{err: fmt.Errorf("commit: %w", err), thread: thread}
 	case isServerError(err):
 		return fmt.Errorf("commit: %w", err)
 	default:
-		return &unknownError{err: fmt.Errorf("commit: %w", err)}
+		return &unknownError{err: fmt.Errorf("commit: %w", err), thread: thread}
 	}
 }
 
@@ -365,8 +376,9 @@ func (s *Store) insertFast(ctx context.Context, wc *writerConn, batch []item, to
 		return nil, err
 	}
 	if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
+		thread := wc.thread
 		wc.drop() // its transaction's state is unknown: never reuse it
-		return nil, commitErr(err)
+		return nil, commitErr(err, thread)
 	}
 	return out, nil
 }
@@ -383,6 +395,7 @@ func (s *Store) insertFast(ctx context.Context, wc *writerConn, batch []item, to
 type writerConn struct {
 	s          *Store
 	c          *sqlx.Conn
+	thread     int64 // c's MySQL thread (see resolve)
 	since, use time.Time
 }
 
@@ -405,7 +418,12 @@ func (w *writerConn) get(ctx context.Context) (*sqlx.Conn, error) {
 			discard(c)
 			return nil, err
 		}
-		w.c, w.since = c, now
+		var thread int64
+		if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&thread); err != nil {
+			discard(c)
+			return nil, err
+		}
+		w.c, w.thread, w.since = c, thread, now
 	}
 	w.use = now
 	return w.c, nil
@@ -696,9 +714,9 @@ func (s *Store) retryOfArchived(n alarm.NewClock, archived []alarm.Clock, now ti
 // resolveCreate finds out whether a batch whose COMMIT answer was lost was
 // applied: its rows carry the batch's token. A transaction is all or
 // nothing, so one row with the token means every insert of it committed.
-func (s *Store) resolveCreate(ctx context.Context, batch []item, token int64) ([]alarm.CreateResult, bool, error) {
+func (s *Store) resolveCreate(ctx context.Context, thread int64, batch []item, token int64) ([]alarm.CreateResult, bool, error) {
 	var rows map[alarm.Key]row
-	err := s.resolve(ctx, func(ctx context.Context) (err error) {
+	err := s.resolve(ctx, thread, func(ctx context.Context) (err error) {
 		rows, err = rowsOf(ctx, s.db, distinctKeys(batch), false)
 		return err
 	})

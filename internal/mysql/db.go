@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -182,3 +183,34 @@ func interrupted(code uint16) bool {
 // isRetryable: a deadlock victim, a lock wait timeout, or a duplicate key
 // (a create that lost a race): the batch can run again.
 func isRetryable(err error) bool { return isLockConflict(err) || isDuplicate(err) }
+
+// endThread makes sure MySQL thread id has ended. A change whose COMMIT
+// answer was lost may still be open there, holding its row locks, with its
+// COMMIT on the way (a packet retransmitted after a network blip, while
+// fresh connections already get through): a read of its rows before that
+// session ends cannot tell whether it will commit. KILL ends it (what it
+// has not committed is rolled back); it is gone from the process list once
+// its transaction is over either way. A thread already gone, or not ours
+// to kill (a proxy in between), is waited for only.
+func endThread(ctx context.Context, db *sqlx.DB, id int64) error {
+	if _, err := db.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatInt(id, 10)); err != nil {
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || (me.Number != 1094 && me.Number != 1095) { // unknown thread, not its owner
+			return fmt.Errorf("end thread %d: %w", id, err)
+		}
+	}
+	for {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n); err != nil {
+			return fmt.Errorf("wait for thread %d to end: %w", id, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for thread %d to end: %w", id, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

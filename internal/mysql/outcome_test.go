@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/auth"
 	"github.com/clockd/clockd/internal/mysql"
 	"github.com/clockd/clockd/internal/testenv"
 )
@@ -243,5 +245,100 @@ func TestCreateSelectIDs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A change whose COMMIT reaches MySQL late (a segment retransmitted after a
+// blip, while fresh connections already get through) is answered for what
+// happened, within the request's deadline and mysql.resolve_timeout (found
+// by review: the re-read could not know while the old session's
+// transaction was still open, the create and the cancel answered 503 and
+// were then committed; and a cancel's COMMIT, sent without the request's
+// deadline, held it for as long as the COMMIT was held).
+func TestChangeWhoseCommitComesLate(t *testing.T) {
+	const requestTimeout, resolveTimeout, late = time.Second, 4 * time.Second, 8 * time.Second
+	for _, op := range []struct {
+		name, arm string
+		prepare   bool
+		do        func(ctx context.Context, s *mysql.Store, k alarm.Key, now time.Time) error
+		changed   func(r dbRow, ok bool) bool
+	}{
+		{name: "create", arm: "late-create", do: func(ctx context.Context, s *mysql.Store, k alarm.Key, now time.Time) error {
+			return s.Create(ctx, []alarm.NewClock{{Application: k.Application, BusinessID: k.BusinessID,
+				Payload: "{}", ContentType: "application/json", RingAt: now.Add(time.Hour)}}, now)[0].Err
+		}, changed: func(_ dbRow, ok bool) bool { return ok }},
+		{name: "cancel", arm: "status = 'cancelled'", prepare: true, do: func(ctx context.Context, s *mysql.Store, k alarm.Key, now time.Time) error {
+			_, err := s.Cancel(ctx, k, now)
+			return err
+		}, changed: func(r dbRow, _ bool) bool { return r.Status == "cancelled" }},
+	} {
+		t.Run(op.name, func(t *testing.T) {
+			t.Parallel()
+			s, proxy, direct := proxiedStore(t, mysql.StoreConfig{ResolveTimeout: resolveTimeout})
+			k := alarm.Key{Application: "order", BusinessID: "late-" + op.name}
+			now := time.Now()
+			if op.prepare {
+				if r := s.Create(context.Background(), []alarm.NewClock{{Application: k.Application, BusinessID: k.BusinessID,
+					Payload: "{}", ContentType: "application/json", RingAt: now.Add(time.Hour)}}, now); r[0].Err != nil {
+					t.Fatal(r[0].Err)
+				}
+			}
+			forwarded := proxy.LateOn(op.arm, "COMMIT", late)
+			ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+			start := time.Now()
+			err := op.do(ctx, s, k, now)
+			took := time.Since(start)
+			cancel()
+			t.Logf("%s answered %v after %v", op.name, err, took.Round(time.Millisecond))
+			if limit := requestTimeout + resolveTimeout + time.Second; took > limit {
+				t.Errorf("%s answered after %v: more than the request's deadline and resolve_timeout (%v)", op.name, took, limit)
+			}
+			// the held COMMIT went on (or found its connection ended): the
+			// row is final now
+			select {
+			case <-forwarded:
+			case <-time.After(2 * late):
+				t.Fatal("the COMMIT was never held: the trap did not go off")
+			}
+			time.Sleep(500 * time.Millisecond)
+			r, ok := readRow(t, direct, k)
+			if changed := op.changed(r, ok); changed != (err == nil) {
+				t.Errorf("%s answered %v, and the row is %+v (present %v): changed %v", op.name, err, r, ok, changed)
+			}
+		})
+	}
+}
+
+// A revocation whose UPDATE reaches MySQL late is answered for what
+// happened: revoked (found by review: it answered 503, then the late
+// UPDATE revoked the token).
+func TestRevokeWhoseUpdateComesLate(t *testing.T) {
+	t.Parallel()
+	s, proxy, direct := proxiedStore(t, mysql.StoreConfig{})
+	st := mysql.NewAuthStore(s.DB())
+	tok, err := mysql.NewAuthStore(direct).CreateToken(context.Background(), auth.Token{Admin: true, Name: "late"}, [32]byte{1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const late = 4 * time.Second
+	forwarded := proxy.LateOn("SET revoked_at", "SET revoked_at", late)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	start := time.Now()
+	_, err = st.RevokeToken(ctx, tok.ID, time.Now())
+	took := time.Since(start)
+	cancel()
+	t.Logf("revoke answered %v after %v", err, took.Round(time.Millisecond))
+	select {
+	case <-forwarded:
+	case <-time.After(2 * late):
+		t.Fatal("the UPDATE was never held: the trap did not go off")
+	}
+	time.Sleep(500 * time.Millisecond)
+	var revoked sql.NullInt64
+	if err := direct.Get(&revoked, "SELECT revoked_at FROM clock_token WHERE id = ?", tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	if revoked.Valid != (err == nil) {
+		t.Errorf("revoke answered %v, and revoked_at is %v", err, revoked)
 	}
 }

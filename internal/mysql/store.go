@@ -363,8 +363,13 @@ func (s *Store) refusal(verb string, k alarm.Key, c alarm.Clock) error {
 }
 
 // unknownError: a COMMIT was sent and its answer lost (connection cut,
-// deadline): the change may or may not be applied.
-type unknownError struct{ err error }
+// deadline): the change may or may not be applied. thread is the MySQL
+// thread of the connection it was sent on (0: not known), which resolve
+// ends before it reads the outcome.
+type unknownError struct {
+	err    error
+	thread int64
+}
 
 func (e *unknownError) Error() string { return e.err.Error() }
 func (e *unknownError) Unwrap() error { return e.err }
@@ -388,24 +393,45 @@ func (s *Store) runTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	// the connection's MySQL thread, which resolve ends should the answer
+	// to the COMMIT be lost
+	var thread int64
+	if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&thread); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("begin: %w", err)
+	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
-	return commit(tx)
+	return commit(ctx, tx, thread)
 }
 
 // resolve runs read, on fresh connections, until MySQL answers it or
 // ResolveTimeout passes: it finds out the outcome of a change whose COMMIT
-// answer was lost. It is not bound to the request's context: memory must
-// follow the row even when the client went away.
-func (s *Store) resolve(ctx context.Context, read func(ctx context.Context) error) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ResolveTimeout)
+// answer was lost. First it ends the MySQL thread the change was sent on
+// (endThread), when known: until then its transaction may still be open,
+// with its COMMIT on the way, and no read can tell. It is not bound to the
+// request's context: memory must follow the row even when the client went
+// away.
+func (s *Store) resolve(ctx context.Context, thread int64, read func(ctx context.Context) error) error {
+	return resolveOn(ctx, s.db, s.cfg.ResolveTimeout, s.log, thread, read)
+}
+
+func resolveOn(ctx context.Context, db *sqlx.DB, timeout time.Duration, log *slog.Logger, thread int64, read func(ctx context.Context) error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	var err error
+	ended := thread == 0
 	for attempt := 1; ; attempt++ {
 		actx, acancel := context.WithTimeout(rctx, 2*time.Second)
-		err = read(actx)
+		if !ended {
+			err = endThread(actx, db, thread)
+			ended = err == nil
+		}
+		if ended {
+			err = read(actx)
+		}
 		acancel()
 		if err == nil || errors.Is(err, alarm.ErrNotFound) {
 			return err
@@ -413,9 +439,9 @@ func (s *Store) resolve(ctx context.Context, read func(ctx context.Context) erro
 		d := min(time.Duration(attempt)*100*time.Millisecond, time.Second)
 		select {
 		case <-rctx.Done():
-			s.log.Error("outcome of a change unknown: MySQL did not answer", "waited", s.cfg.ResolveTimeout.String(), "err", err)
+			log.Error("outcome of a change unknown: MySQL did not answer", "waited", timeout.String(), "err", err)
 			return fmt.Errorf("%w: the change was sent but MySQL did not confirm it and did not answer for %s: its outcome is unknown; read the clock, then retry: %v",
-				alarm.ErrUnavailable, s.cfg.ResolveTimeout, err)
+				alarm.ErrUnavailable, timeout, err)
 		case <-time.After(d):
 		}
 	}
@@ -476,7 +502,7 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 			return alarm.Clock{}, fmt.Errorf("%s clock %s: %w", verb, k, mapErr(err))
 		}
 		var r row
-		rerr := s.resolve(ctx, func(ctx context.Context) (err error) {
+		rerr := s.resolve(ctx, unknown.thread, func(ctx context.Context) (err error) {
 			r, err = s.getRow(ctx, s.db, k, false)
 			return err
 		})

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -109,11 +110,30 @@ func (s *AuthStore) token(ctx context.Context, where string, args ...any) (auth.
 }
 
 // RevokeToken marks a token revoked; a token revoked before keeps its time.
+//
+// When the UPDATE's answer is lost, its session is ended and the token
+// revoked again (a revocation is idempotent), and the token is read back on
+// fresh connections, for up to revokeResolveTimeout: an answer of 5xx
+// means the token was not revoked (found by review: a late UPDATE revoked
+// a token whose revocation had answered 503).
 func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (auth.Token, error) {
-	if err := s.execRetry(ctx, "UPDATE clock_token SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", ms(now), id); err != nil {
+	const q = "UPDATE clock_token SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
+	err := s.revokeOnce(ctx, q, id, now)
+	var unknown *unknownError
+	if errors.As(err, &unknown) {
+		err = resolveOn(ctx, s.db, revokeResolveTimeout, slog.New(slog.DiscardHandler), unknown.thread, func(ctx context.Context) error {
+			_, err := s.db.ExecContext(ctx, q, ms(now), id)
+			return err
+		})
+	}
+	if err != nil {
 		return auth.Token{}, fmt.Errorf("revoke token %d: %w", id, mapErr(err))
 	}
-	t, err := s.token(ctx, "id = ?", id)
+	var t auth.Token
+	err = resolveOn(ctx, s.db, revokeResolveTimeout, slog.New(slog.DiscardHandler), 0, func(ctx context.Context) (err error) {
+		t, err = s.token(ctx, "id = ?", id)
+		return err
+	})
 	if errors.Is(err, alarm.ErrNotFound) {
 		return auth.Token{}, fmt.Errorf("token %d: %w", id, alarm.ErrNotFound)
 	}
@@ -121,6 +141,34 @@ func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (a
 		return auth.Token{}, fmt.Errorf("revoke token %d: %w", id, err)
 	}
 	return t, nil
+}
+
+// revokeResolveTimeout bounds finding out a revocation whose answer was
+// lost, and reading the token back.
+const revokeResolveTimeout = 10 * time.Second
+
+// revokeOnce runs the revoking UPDATE q on a connection whose MySQL thread
+// is known: an error with its answer lost is an *unknownError.
+func (s *AuthStore) revokeOnce(ctx context.Context, q string, id int64, now time.Time) error {
+	c, err := s.db.Connx(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var thread int64
+	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&thread); err != nil {
+		return err // nothing sent yet
+	}
+	if err := retryLocked(ctx, func() error {
+		_, err := c.ExecContext(ctx, q, ms(now), id)
+		return err
+	}); err != nil {
+		if isServerError(err) {
+			return err
+		}
+		return &unknownError{err: err, thread: thread}
+	}
+	return nil
 }
 
 // TokenByHash finds a token by the hash of its secret.

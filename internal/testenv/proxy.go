@@ -31,6 +31,7 @@ type Proxy struct {
 	links  map[*link]struct{}
 	gate   chan struct{} // non-nil while stalled; closed by Resume
 	trap   *trap         // armed by CutOn
+	late   *lateTrap     // armed by LateOn
 	delay  atomic.Int64  // ns: what the target sends reaches the client this much later
 	wg     sync.WaitGroup
 }
@@ -57,6 +58,49 @@ func (p *Proxy) CutOn(pattern string, after bool) <-chan struct{} {
 	return t.fired
 }
 
+// lateTrap holds back the client bytes of one connection: see LateOn.
+type lateTrap struct {
+	arm, pattern []byte
+	d            time.Duration
+	armed        *link
+	fired        chan struct{}
+}
+
+// LateOn arms a one-shot trap on one connection: the next one whose
+// client sends a chunk containing arm (say, a statement's text) is marked;
+// when it then sends a chunk containing pattern (its COMMIT), that chunk
+// and everything its client sends after it reach the target d late, even
+// if the client has given up meanwhile, while other connections flow (a
+// TCP segment retransmitted after a blip: the server gets the COMMIT late,
+// after fresh connections already got through). The returned channel is
+// closed when the held chunk was forwarded.
+func (p *Proxy) LateOn(arm, pattern string, d time.Duration) <-chan struct{} {
+	t := &lateTrap{arm: []byte(arm), pattern: []byte(pattern), d: d, fired: make(chan struct{})}
+	p.mu.Lock()
+	p.late = t
+	p.mu.Unlock()
+	return t.fired
+}
+
+// lateFor is how long l's client chunk must wait (LateOn), and the channel
+// to close once it has gone on (nil but for the chunk that set it off).
+func (p *Proxy) lateFor(l *link, chunk []byte) (time.Duration, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var fired chan struct{}
+	if t := p.late; t != nil {
+		if t.armed == nil && bytes.Contains(chunk, t.arm) {
+			t.armed = l
+		}
+		if t.armed == l && bytes.Contains(chunk, t.pattern) {
+			p.late = nil
+			l.lateUntil = time.Now().Add(t.d)
+			fired = t.fired
+		}
+	}
+	return time.Until(l.lateUntil), fired
+}
+
 // sprung returns the armed trap if chunk sets it off, disarming it.
 func (p *Proxy) sprung(chunk []byte) *trap {
 	p.mu.Lock()
@@ -75,6 +119,9 @@ type link struct {
 	once   sync.Once
 	closed chan struct{}
 	mute   atomic.Bool // drop what the target answers (a trap went off)
+	// lateUntil: the client's chunks reach the target no sooner (LateOn;
+	// guarded by the proxy's mu)
+	lateUntil time.Time
 }
 
 // SetDelay holds everything the target sends from now on for d before the
@@ -303,6 +350,19 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 				return
 			}
 			if src == l.c {
+				if wait, fired := p.lateFor(l, buf[:n]); wait > 0 {
+					// held even if the client closes meanwhile: only the
+					// target's side ending drops it
+					time.Sleep(wait)
+					_, werr := dst.Write(buf[:n])
+					if fired != nil {
+						close(fired)
+					}
+					if werr != nil || err != nil {
+						return
+					}
+					continue
+				}
 				if t := p.sprung(buf[:n]); t != nil {
 					if t.after {
 						l.mute.Store(true)
