@@ -180,6 +180,26 @@ func (s *Schedule) wire() *wireSchedule {
 	return w
 }
 
+// request is the schedule as a create or a change sends it: its start and
+// end to the nanosecond, as RingAt, for clockd rounds each its own way
+// (start up: no occurrence before the instant asked for).
+func (s *Schedule) request() *wireSchedule {
+	w := s.wire()
+	if w == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		t   time.Time
+		dst **string
+	}{{s.Start, &w.Start}, {s.End, &w.End}} {
+		if !f.t.IsZero() {
+			v := f.t.UTC().Format(time.RFC3339Nano)
+			*f.dst = &v
+		}
+	}
+	return w
+}
+
 func (w *wireSchedule) schedule() (*Schedule, error) {
 	if w == nil {
 		return nil, nil
@@ -299,7 +319,7 @@ type createBody struct {
 
 func (n NewClock) body() createBody {
 	b := createBody{Application: n.Application, BusinessID: n.BusinessID, Payload: n.Payload,
-		ContentType: n.ContentType, Schedule: n.Schedule.wire(), LatestRingAt: optTime(n.LatestRingAt),
+		ContentType: n.ContentType, Schedule: n.Schedule.request(), LatestRingAt: optTime(n.LatestRingAt),
 		MaxAttempts: n.MaxAttempts}
 	if !n.RingAt.IsZero() {
 		s := n.RingAt.UTC().Format(time.RFC3339Nano)
@@ -330,7 +350,7 @@ func (ch Change) body() patchBody {
 		b["delay"] = delayMillis(ch.Delay)
 	}
 	if ch.Schedule != nil {
-		b["schedule"] = ch.Schedule.wire()
+		b["schedule"] = ch.Schedule.request()
 	}
 	if ch.Payload != nil {
 		b["payload"] = *ch.Payload

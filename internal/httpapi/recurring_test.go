@@ -77,6 +77,12 @@ func TestRecurringAPI(t *testing.T) {
 	}
 	e.mustError(400, "PATCH", "/v1/clocks/order/poll", body{"ring_at": start.Format(time.RFC3339)})
 	e.mustError(400, "PATCH", "/v1/clocks/order/poll", body{"schedule": body{"cron": "not cron"}})
+	// kept in milliseconds: a fraction is refused, not answered as given and
+	// stored rounded (an identical retry then conflicted; found by review)
+	if msg := e.mustError(400, "POST", "/v1/clocks", body{"application": "order", "business_id": "frac", "payload": "{}",
+		"schedule": body{"every": "1h", "occurrence_deadline": "2.5ms"}}); !strings.Contains(msg, "occurrence_deadline: must be a whole number of milliseconds") {
+		t.Errorf("occurrence_deadline 2.5ms: %s", msg)
+	}
 
 	// pause and resume
 	paused := e.mustClock(200, "POST", "/v1/clocks/order/carts/pause", nil)

@@ -178,6 +178,11 @@ func Parse(s Spec) (*Schedule, error) {
 	if s.OccurrenceDeadline < 0 {
 		return nil, fail("occurrence_deadline", "must not be negative, got %s", s.OccurrenceDeadline)
 	}
+	if s.OccurrenceDeadline%time.Millisecond != 0 {
+		// stored in milliseconds: a fraction would answer one value and
+		// keep another, and an identical retry would then conflict
+		return nil, fail("occurrence_deadline", "must be a whole number of milliseconds, got %s", s.OccurrenceDeadline)
+	}
 	if !s.Start.IsZero() && !s.End.IsZero() && s.End.Before(s.Start) {
 		return nil, fail("end", "is before start")
 	}

@@ -193,6 +193,9 @@ func TestParseRefuses(t *testing.T) {
 		{Spec{Cron: "* * * * *", CatchUpLimit: -1}, "catch_up_limit"},
 		{Spec{Cron: "* * * * *", MaxOccurrences: -1}, "max_occurrences"},
 		{Spec{Cron: "* * * * *", OccurrenceDeadline: -time.Second}, "occurrence_deadline"},
+		// kept in milliseconds: 2.5ms answered as such and stored as 2ms
+		// made an identical retry conflict (found by review)
+		{Spec{Cron: "* * * * *", OccurrenceDeadline: 2500 * time.Microsecond}, "occurrence_deadline"},
 		{Spec{Cron: "* * * * *", Start: start, End: start.Add(-time.Second)}, "end"},
 	}
 	for _, tt := range tests {
