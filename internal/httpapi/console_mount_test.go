@@ -121,3 +121,39 @@ func TestConsoleAnswersCarryARequestID(t *testing.T) {
 		t.Errorf(`clockd_http_requests_total{route="/ui/",code="500"} = %v, want 1`, counted)
 	}
 }
+
+// A path with an empty, "." or ".." segment is refused in the API's JSON
+// form, not redirected with Go's HTML page (found by review); /ui still
+// leads to /ui/.
+func TestNonCanonicalPathsRefused(t *testing.T) {
+	t.Parallel()
+	h := httpapi.New(httpapi.Options{Registerer: prometheus.NewRegistry(), ConsolePrefix: "/ui/",
+		Console: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "console") })})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, p := range []string{"/v1/clocks//", "/v1/clocks/order/./x", "/v1/clocks/order/x/..", "/v1//clocks/order/x", "/ui/./"} {
+		req, _ := http.NewRequest("GET", srv.URL+p, nil)
+		req.URL.Opaque = p // sent as written
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || err != nil || e.Error.Code != "invalid_argument" || resp.Header.Get("X-Request-Id") == "" {
+			t.Errorf("GET %s: %d %+v (%v), want 400 invalid_argument in JSON with X-Request-Id", p, resp.StatusCode, e, err)
+		}
+	}
+	resp, err := client.Get(srv.URL + "/ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMovedPermanently && resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != "/ui/" {
+		t.Errorf("GET /ui: %d to %q, want a redirect to /ui/", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"path"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/auth"
 	"github.com/clockd/clockd/internal/lograte"
+	"github.com/clockd/clockd/internal/quote"
 )
 
 // Check is one readiness probe; nil means healthy.
@@ -153,7 +155,34 @@ func New(o Options) http.Handler {
 	}
 	// every answer, the console's too, carries its X-Request-Id and is
 	// counted by route
-	return withRequestState(instrument(h, o.Registerer), o.Logger)
+	return withRequestState(instrument(canonical(h), o.Registerer), o.Logger)
+}
+
+// canonical refuses a path with an empty, "." or ".." segment, which Go's
+// mux would answer with a redirect to the cleaned path as an HTML page
+// (found by review): an API client is told what is wrong instead.
+func canonical(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && p != cleanPath(p) {
+			writeError(w, http.StatusBadRequest, ErrorDetail{"invalid_argument",
+				"path " + quote.Short(p) + " has an empty, \".\" or \"..\" segment; did you mean " + quote.Short(cleanPath(p)) + "?" + idNote(r)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath is p as Go's mux cleans it: no empty, "." or ".." segment, a
+// trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // crossOrigin refuses the unsafe requests (POST, PATCH, PUT, DELETE) that a
