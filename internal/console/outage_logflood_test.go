@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"io"
@@ -11,41 +10,20 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/clockd/clockd/internal/auth"
+	"github.com/clockd/clockd/internal/testenv"
 )
 
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// TestConsoleOutageDoesNotFloodTheLog: while MySQL does not answer, every
-// console request that carries a session cookie, and every login, logs a
-// WARN line of its own. Anyone can send them: a session cookie is 32
+// While MySQL does not answer, the console's requests that carry a session
+// cookie, and its logins, write a few log lines, not one each (found by
+// review: one WARN line each). Anyone can send them: a session cookie is 32
 // random bytes in base64url (no secret needed to forge one that is looked
-// up), and the login form's CSRF token comes with the login page. The
-// README promises that an outage "writes a few lines every 10 s, not one
-// per request" (API failures) and that the console "logs refused logins at
-// most once per 10 s"; an unauthenticated client (or a tab that reloads, or
-// a live tail that reconnects) writes one WARN line per request instead.
+// up), and the login form's CSRF token comes with the login page; a tab
+// that reloads or a live tail that reconnects sends them too.
 func TestConsoleOutageDoesNotFloodTheLog(t *testing.T) {
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	con, err := New(Options{Auth: unavailableAuth{}, Sessions: &unavailableSessions{},
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
