@@ -19,7 +19,7 @@ import (
 // newAuth wires the authenticator and the quotas on the database; a token
 // revoked through this instance is told to the others by onRevoke.
 func newAuth(cfg config.Config, db *sqlx.DB, log *slog.Logger, onRevoke func(ctx context.Context, id int64)) (*auth.Authenticator, *auth.Quotas) {
-	store := mysql.NewAuthStore(db)
+	store := mysql.NewAuthStore(db).WithResolveTimeout(cfg.MySQL.ResolveTimeout)
 	mode := auth.Mode(cfg.AuthMode())
 	if mode == auth.ModeOff && !config.IsLoopback(cfg.HTTP.Addr) {
 		log.Warn("auth is off on an address that is not loopback (auth.allow_off_on_public): anyone who reaches it may use every application's clocks",

@@ -165,7 +165,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		hints.Revoke(ctx, id, peers)
 	})
-	con, err := newConsole(cfg, svc, store, mysql.NewAuthStore(db), shards, authn, reg, log)
+	con, err := newConsole(cfg, svc, store, mysql.NewAuthStore(db).WithResolveTimeout(cfg.MySQL.ResolveTimeout), shards, authn, reg, log)
 	if err != nil {
 		return err
 	}

@@ -581,7 +581,7 @@ func (s *Store) insertChecked(ctx context.Context, batch []item, token int64) (o
 	err = s.runTx(ctx, func(tx *sqlx.Tx) error {
 		out, err = s.checkedTx(ctx, tx, batch, token)
 		return err
-	})
+	}, false)
 	return out, err
 }
 

@@ -128,7 +128,7 @@ func (s *Store) Advance(ctx context.Context, advs []alarm.Advance, tokens []int6
 			held = append(held, a)
 		}
 	}
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inBackgroundTx(ctx, func(tx *sqlx.Tx) error {
 		if !s.cfg.NoHistory {
 			if err := occurrenceHistory(ctx, tx, held, tokens, now); err != nil {
 				return err

@@ -383,28 +383,58 @@ var errUnchanged = errors.New("nothing to change")
 // connection is gone, by the server); an *unknownError from the COMMIT
 // means the outcome is unknown.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	return retryLocked(ctx, func() error { return s.runTx(ctx, fn) })
+	return retryLocked(ctx, func() error { return s.runTx(ctx, fn, false) })
+}
+
+// inBackgroundTx is inTx for the work of no request (the janitor's moves,
+// recurring clocks' advances): its COMMIT, once sent, is not cut off when
+// ctx is cancelled (a run stopped with one mover's failure), only after
+// WriteTimeout. Cut off, its outcome would be unknown and work that was
+// committed would be counted as failed.
+func (s *Store) inBackgroundTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	return retryLocked(ctx, func() error { return s.runTx(ctx, fn, true) })
 }
 
 // runTx runs fn in one transaction: rolled back when fn fails, committed
 // otherwise (see commit for a COMMIT whose answer is lost).
-func (s *Store) runTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	tx, err := s.db.BeginTxx(ctx, nil)
+func (s *Store) runTx(ctx context.Context, fn func(tx *sqlx.Tx) error, background bool) error {
+	// a connection of its own, so that it can be closed rather than given
+	// back to the pool when the COMMIT's outcome is unknown: resolve ends
+	// its MySQL thread, which must then be no one else's
+	conn, err := s.db.Connx(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	// the connection's MySQL thread, which resolve ends should the answer
-	// to the COMMIT be lost
+	tx, err := conn.BeginTxx(ctx, nil)
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("begin: %w", err)
+	}
 	var thread int64
 	if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&thread); err != nil {
 		_ = tx.Rollback()
+		conn.Close()
 		return fmt.Errorf("begin: %w", err)
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
+		conn.Close()
 		return err
 	}
-	return commit(ctx, tx, thread)
+	cctx := ctx
+	if background {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+		defer cancel()
+	}
+	err = commit(cctx, tx, thread)
+	var unknown *unknownError
+	if errors.As(err, &unknown) {
+		discard(conn)
+	} else {
+		conn.Close()
+	}
+	return err
 }
 
 // resolve runs read, on fresh connections, until MySQL answers it or

@@ -19,12 +19,26 @@ import (
 // auth.Store of clockd.
 type AuthStore struct {
 	db *sqlx.DB
+	// resolveTimeout bounds settling a revocation whose answer was lost,
+	// and reading the token back (mysql.resolve_timeout)
+	resolveTimeout time.Duration
 }
 
 var _ auth.Store = (*AuthStore)(nil)
 
 // NewAuthStore returns the token and quota store on db.
-func NewAuthStore(db *sqlx.DB) *AuthStore { return &AuthStore{db: db} }
+func NewAuthStore(db *sqlx.DB) *AuthStore {
+	return &AuthStore{db: db, resolveTimeout: 30 * time.Second}
+}
+
+// WithResolveTimeout sets how long a revocation whose answer was lost is
+// settled for (mysql.resolve_timeout; default 30 s).
+func (s *AuthStore) WithResolveTimeout(d time.Duration) *AuthStore {
+	if d > 0 {
+		s.resolveTimeout = d
+	}
+	return s
+}
 
 const tokenCols = `id, application, admin, scopes, name, secret_prefix, created_at, last_used_at, revoked_at`
 
@@ -113,27 +127,32 @@ func (s *AuthStore) token(ctx context.Context, where string, args ...any) (auth.
 //
 // When the UPDATE's answer is lost, its session is ended and the token
 // revoked again (a revocation is idempotent), and the token is read back on
-// fresh connections, for up to revokeResolveTimeout: an answer of 5xx
+// fresh connections, for up to its resolve timeout: an answer of 5xx
 // means the token was not revoked (found by review: a late UPDATE revoked
 // a token whose revocation had answered 503).
 func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (auth.Token, error) {
 	const q = "UPDATE clock_token SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
-	err := s.revokeOnce(ctx, q, id, now)
-	var unknown *unknownError
-	if errors.As(err, &unknown) {
-		err = resolveOn(ctx, s.db, revokeResolveTimeout, slog.New(slog.DiscardHandler), unknown.thread, func(ctx context.Context) error {
-			_, err := s.db.ExecContext(ctx, q, ms(now), id)
-			return err
-		})
-	}
-	if err != nil {
-		return auth.Token{}, fmt.Errorf("revoke token %d: %w", id, mapErr(err))
-	}
 	var t auth.Token
-	err = resolveOn(ctx, s.db, revokeResolveTimeout, slog.New(slog.DiscardHandler), 0, func(ctx context.Context) (err error) {
+	readBack := func(ctx context.Context) (err error) {
 		t, err = s.token(ctx, "id = ?", id)
 		return err
-	})
+	}
+	err := s.revokeOnce(ctx, q, id, now)
+	var unknown *unknownError
+	switch {
+	case errors.As(err, &unknown):
+		// within one resolve_timeout: revoked again, then read back
+		err = resolveOn(ctx, s.db, s.resolveTimeout, slog.New(slog.DiscardHandler), unknown.thread, func(ctx context.Context) error {
+			if _, err := s.db.ExecContext(ctx, q, ms(now), id); err != nil {
+				return err
+			}
+			return readBack(ctx)
+		})
+	case err == nil:
+		err = resolveOn(ctx, s.db, s.resolveTimeout, slog.New(slog.DiscardHandler), 0, readBack)
+	default:
+		return auth.Token{}, fmt.Errorf("revoke token %d: %w", id, mapErr(err))
+	}
 	if errors.Is(err, alarm.ErrNotFound) {
 		return auth.Token{}, fmt.Errorf("token %d: %w", id, alarm.ErrNotFound)
 	}
@@ -143,10 +162,6 @@ func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (a
 	return t, nil
 }
 
-// revokeResolveTimeout bounds finding out a revocation whose answer was
-// lost, and reading the token back.
-const revokeResolveTimeout = 10 * time.Second
-
 // revokeOnce runs the revoking UPDATE q on a connection whose MySQL thread
 // is known: an error with its answer lost is an *unknownError.
 func (s *AuthStore) revokeOnce(ctx context.Context, q string, id int64, now time.Time) error {
@@ -154,9 +169,9 @@ func (s *AuthStore) revokeOnce(ctx context.Context, q string, id int64, now time
 	if err != nil {
 		return err
 	}
-	defer c.Close()
 	var thread int64
 	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&thread); err != nil {
+		c.Close()
 		return err // nothing sent yet
 	}
 	if err := retryLocked(ctx, func() error {
@@ -164,10 +179,14 @@ func (s *AuthStore) revokeOnce(ctx context.Context, q string, id int64, now time
 		return err
 	}); err != nil {
 		if isServerError(err) {
+			c.Close()
 			return err
 		}
+		// closed, not given back to the pool: resolve ends its thread
+		discard(c)
 		return &unknownError{err: err, thread: thread}
 	}
+	c.Close()
 	return nil
 }
 

@@ -16,9 +16,14 @@ func Short(s string) string {
 	if len(s) <= Most {
 		return strconv.Quote(s)
 	}
+	// back to the start of the character at the cut: at most 3 bytes (a
+	// value that is not UTF-8 is cut where it is, strconv.Quote escapes it)
 	cut := Most
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
+	for back := 0; back < utf8.UTFMax-1 && !utf8.RuneStart(s[cut]); back++ {
 		cut--
+	}
+	if !utf8.RuneStart(s[cut]) {
+		cut = Most
 	}
 	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
 }
