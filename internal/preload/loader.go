@@ -121,8 +121,11 @@ func (l *loader) run(ctx context.Context) {
 		}
 		if err := l.load(ctx); err != nil {
 			failures++
-			if ctx.Err() == nil && (failures == 1 || failures%30 == 0) {
-				l.m.log.Warn("loading shard failed", "shard", l.shard, "err", err, "failures", failures)
+			if ctx.Err() == nil {
+				if ok, held := l.m.loadFails.Allow("load", 1); ok {
+					l.m.log.Warn("loading shard failed", "shard", l.shard, "err", err, "failures", failures,
+						"like_failures_not_logged", held)
+				}
 			}
 		} else {
 			failures = 0

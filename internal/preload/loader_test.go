@@ -2,14 +2,17 @@ package preload
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/ring"
+	"github.com/clockd/clockd/internal/testenv"
 )
 
 // loadStore serves LoadDue from a list of pending clocks; the first call
@@ -308,5 +311,39 @@ func TestChangeDuringLoadIsNotUndone(t *testing.T) {
 				t.Errorf("after a full rescan: clock 1 in memory %v at t0+%v, want t0+%v", ok, got.Sub(t0), tc.want.Sub(t0))
 			}
 		})
+	}
+}
+
+// failingLoads fails every load and recovery, as MySQL in an outage.
+type failingLoads struct{ Store }
+
+func (failingLoads) LoadDue(context.Context, int, time.Time, int64, time.Time, int) ([]alarm.Due, error) {
+	return nil, alarm.ErrUnavailable
+}
+
+func (failingLoads) RecoverFiring(context.Context, int, int64, time.Time, []int64, time.Time) (int64, error) {
+	return 0, alarm.ErrUnavailable
+}
+
+// In an outage every shard's loads fail at once: a few lines say so, not
+// one per shard (found by review: up to 4,096 at the start of an outage,
+// and again every 30 failures).
+func TestFailedLoadsLoggedSparingly(t *testing.T) {
+	var logs testenv.SyncBuffer
+	const shards = 256
+	m := New(Config{Shards: shards, Window: 10 * time.Second, Interval: 10 * time.Millisecond, Batch: 100,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, failingLoads{}, ring.NewQueue())
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for sh := range shards {
+		ld := &loader{m: m, shard: sh, boundary: time.Now(), wake: make(chan struct{}, 1)}
+		ld.reset()
+		wg.Go(func() { ld.run(ctx) })
+	}
+	time.Sleep(time.Second) // about 100 failed loads per shard
+	cancel()
+	wg.Wait()
+	if n := strings.Count(logs.String(), "loading shard failed"); n < 1 || n > 2 {
+		t.Errorf("%d shards failing for a second wrote %d lines; want 1 (then one per 10 s):\n%.500s", shards, n, logs.String())
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/lograte"
 	"github.com/clockd/clockd/internal/ring"
 )
 
@@ -104,7 +105,14 @@ type Manager struct {
 	owned   prometheus.Gauge
 	lostCnt prometheus.Counter
 	asked   prometheus.Counter
+	// loadFails rate-limits "loading shard failed" over every shard: in an
+	// outage each of up to 4,096 shards fails at once
+	loadFails *lograte.Limiter
 }
+
+// loadFailLogEvery is how often a failed shard load is logged, whichever
+// shard; the next line counts those held back.
+const loadFailLogEvery = 10 * time.Second
 
 // New returns a manager; Run starts it.
 func New(cfg Config, store Store, q *ring.Queue) *Manager {
@@ -123,7 +131,8 @@ func New(cfg Config, store Store, q *ring.Queue) *Manager {
 	if cfg.Held == nil {
 		cfg.Held = func() []int64 { return nil }
 	}
-	m := &Manager{cfg: cfg, store: store, q: q, log: cfg.Logger, now: cfg.Now, loaders: map[int]*loader{}, handing: map[int]*handOff{}, started: cfg.Now()}
+	m := &Manager{cfg: cfg, store: store, q: q, log: cfg.Logger, now: cfg.Now, loaders: map[int]*loader{}, handing: map[int]*handOff{}, started: cfg.Now(),
+		loadFails: lograte.New(loadFailLogEvery, time.Now)}
 	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "clockd_shards_owned", Help: "Shards this instance holds a lease on."})
 	m.lostCnt = prometheus.NewCounter(prometheus.CounterOpts{Name: "clockd_shard_leases_lost_total", Help: "Shard leases lost to another instance or to expiry."})
 	m.asked = prometheus.NewCounter(prometheus.CounterOpts{Name: "clockd_shard_rescans_asked_total",
