@@ -892,6 +892,15 @@ func TestDatabaseGone(t *testing.T) {
 			checkErrorJSON(t, code, data)
 		}
 	}
+	// a 503 says when to retry, as the concurrency cap's does
+	resp, err := e.client.Get(e.srv.URL + "/v1/clocks/order/o-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("GET with MySQL gone: %d, Retry-After %q; want 503 with Retry-After 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
 	code, data := e.do("POST", "/v1/clocks/batch", body{"clocks": []any{createBody("order", "o-3")}})
 	var ans batchAnswer
 	if err := json.Unmarshal(data, &ans); code != 200 || err != nil || len(ans.Results) != 1 || ans.Results[0].Status != 503 {

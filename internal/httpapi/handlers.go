@@ -48,6 +48,10 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", challenge)
 	case http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", retryAfter(retryWait(err)))
+	case http.StatusServiceUnavailable:
+		// MySQL or the broker did not answer: a retry in a moment may
+		// find them back (as after the concurrency cap's 503)
+		w.Header().Set("Retry-After", "1")
 	}
 	writeError(w, code, d)
 }
