@@ -53,13 +53,7 @@ func TestConsoleOutageDoesNotFloodTheLog(t *testing.T) {
 		}
 	}
 	// Logins with a well-formed token that cannot be checked.
-	resp, err := c.Get(srv.URL + "/ui/login")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	csrf := between(string(page), `name="csrf" value="`, `"`)
+	csrf := loginCSRF(t, c, srv.URL)
 	token := auth.SecretPrefix + strings.Repeat("a", 43)
 	for range n {
 		resp, err := c.PostForm(srv.URL+"/ui/login", url.Values{"csrf": {csrf}, "token": {token}})

@@ -68,15 +68,9 @@ func TestLoginDuringDatabaseOutageSaysSo(t *testing.T) {
 	defer srv.Close()
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Get(srv.URL + "/ui/login")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	csrf := between(string(page), `name="csrf" value="`, `"`)
+	csrf := loginCSRF(t, c, srv.URL)
 	token := auth.SecretPrefix + strings.Repeat("a", 43)
-	resp, err = c.PostForm(srv.URL+"/ui/login", url.Values{"csrf": {csrf}, "token": {token}, "next": {"/ui/"}})
+	resp, err := c.PostForm(srv.URL+"/ui/login", url.Values{"csrf": {csrf}, "token": {token}, "next": {"/ui/"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +91,19 @@ func TestLoginDuringDatabaseOutageSaysSo(t *testing.T) {
 	if resp.StatusCode == http.StatusSeeOther && strings.HasPrefix(resp.Header.Get("Location"), "/ui/login") {
 		t.Errorf("a logged-in operator is sent to the login page while the token store is unavailable, want 503")
 	}
+}
+
+// loginCSRF fetches the login page with c (whose jar keeps its cookie)
+// and returns the form's CSRF token.
+func loginCSRF(t *testing.T, c *http.Client, base string) string {
+	t.Helper()
+	resp, err := c.Get(base + "/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return between(string(page), `name="csrf" value="`, `"`)
 }
 
 func between(s, from, to string) string {
