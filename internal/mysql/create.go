@@ -322,17 +322,16 @@ func keyList(b *strings.Builder, args []any, keys []alarm.Key) []any {
 }
 
 // commit commits tx; an error that is not MySQL's own answer leaves the
-// outcome unknown.
-// commit commits tx, whose connection is MySQL thread thread. The COMMIT
-// is a statement under ctx: Tx.Commit sends it with no deadline, and a
-// server that stalled then held the request for the driver's readTimeout
-// (30 s), past mysql.request_timeout + mysql.resolve_timeout.
-func commit(ctx context.Context, tx *sqlx.Tx, thread int64) error {
+// outcome unknown (onConn names the thread). The COMMIT is a statement
+// under ctx: Tx.Commit sends it with no deadline, and a server that
+// stalled then held the request for the driver's readTimeout (30 s), past
+// mysql.request_timeout + mysql.resolve_timeout.
+func commit(ctx context.Context, tx *sqlx.Tx) error {
 	_, err := tx.ExecContext(ctx, "COMMIT")
 	// the transaction is over on the server (or its connection is gone);
 	// database/sql's is not: its ROLLBACK finds nothing to undo
 	_ = tx.Rollback()
-	return commitErr(err, thread)
+	return commitErr(err, 0)
 }
 
 // commitErr is the error of a COMMIT sent on MySQL thread thread: MySQL's

@@ -398,42 +398,48 @@ func (s *Store) inBackgroundTx(ctx context.Context, fn func(tx *sqlx.Tx) error) 
 // runTx runs fn in one transaction: rolled back when fn fails, committed
 // otherwise (see commit for a COMMIT whose answer is lost).
 func (s *Store) runTx(ctx context.Context, fn func(tx *sqlx.Tx) error, background bool) error {
-	// a connection of its own, so that it can be closed rather than given
-	// back to the pool when the COMMIT's outcome is unknown: resolve ends
-	// its MySQL thread, which must then be no one else's
-	conn, err := s.db.Connx(ctx)
+	return onConn(ctx, s.db, func(c *sqlx.Conn) error {
+		tx, err := c.BeginTxx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		cctx := ctx
+		if background {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+			defer cancel()
+		}
+		return commit(cctx, tx)
+	})
+}
+
+// onConn runs fn on a connection of its own whose MySQL thread is known.
+// When fn's error is an *unknownError (a change sent, its answer lost),
+// the connection is closed rather than given back to the pool and the
+// error names its thread, which resolve ends: it must then be no one
+// else's.
+func onConn(ctx context.Context, db *sqlx.DB, fn func(c *sqlx.Conn) error) error {
+	c, err := db.Connx(ctx)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	tx, err := conn.BeginTxx(ctx, nil)
-	if err != nil {
-		conn.Close()
 		return fmt.Errorf("begin: %w", err)
 	}
 	var thread int64
-	if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&thread); err != nil {
-		_ = tx.Rollback()
-		conn.Close()
+	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&thread); err != nil {
+		c.Close()
 		return fmt.Errorf("begin: %w", err)
 	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		conn.Close()
-		return err
-	}
-	cctx := ctx
-	if background {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
-		defer cancel()
-	}
-	err = commit(cctx, tx, thread)
+	err = fn(c)
 	var unknown *unknownError
 	if errors.As(err, &unknown) {
-		discard(conn)
-	} else {
-		conn.Close()
+		unknown.thread = thread
+		discard(c)
+		return err
 	}
+	c.Close()
 	return err
 }
 

@@ -165,29 +165,16 @@ func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (a
 // revokeOnce runs the revoking UPDATE q on a connection whose MySQL thread
 // is known: an error with its answer lost is an *unknownError.
 func (s *AuthStore) revokeOnce(ctx context.Context, q string, id int64, now time.Time) error {
-	c, err := s.db.Connx(ctx)
-	if err != nil {
-		return err
-	}
-	var thread int64
-	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&thread); err != nil {
-		c.Close()
-		return err // nothing sent yet
-	}
-	if err := retryLocked(ctx, func() error {
-		_, err := c.ExecContext(ctx, q, ms(now), id)
-		return err
-	}); err != nil {
-		if isServerError(err) {
-			c.Close()
+	return onConn(ctx, s.db, func(c *sqlx.Conn) error {
+		err := retryLocked(ctx, func() error {
+			_, err := c.ExecContext(ctx, q, ms(now), id)
 			return err
+		})
+		if err != nil && !isServerError(err) {
+			return &unknownError{err: err}
 		}
-		// closed, not given back to the pool: resolve ends its thread
-		discard(c)
-		return &unknownError{err: err, thread: thread}
-	}
-	c.Close()
-	return nil
+		return err
+	})
 }
 
 // TokenByHash finds a token by the hash of its secret.

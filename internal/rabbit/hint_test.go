@@ -197,63 +197,56 @@ func TestRevocationsDoNotReachAnOlderInstanceAsHints(t *testing.T) {
 	var offered []alarm.Due
 	old := NewHints(HintConfig{URL: url, Exchange: exchange, InstanceID: "old",
 		OnHint: func(d alarm.Due) { mu.Lock(); offered = append(offered, d); mu.Unlock() }})
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.ExchangeDeclare(exchange+".hints", "fanout", false, true, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	q, err := ch.QueueDeclare("", false, true, true, false, amqp.Table{"x-message-ttl": int32(30000)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q.Name, "", exchange+".hints", false, nil); err != nil {
-		t.Fatal(err)
-	}
-	msgs, err := ch.Consume(q.Name, "", true, true, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// three tokens revoked while the new instance had no connection, then
-	// a hint: both go once it connects
-	h := NewHints(HintConfig{URL: url, Exchange: exchange, InstanceID: testenv.Name("new")})
-	for _, id := range []int64{7, 8, 9} {
-		h.Revoke(context.Background(), id, []string{"old"})
-	}
-	at := time.Now().Truncate(time.Millisecond)
-	h.Send([]alarm.Due{{ID: 5, Shard: 2, At: at}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = h.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	timeout := time.After(10 * time.Second)
-	for n := 0; n < 1; {
+	testenv.WithChannel(t, url, func(ch *amqp.Channel) {
+		if err := ch.ExchangeDeclare(exchange+".hints", "fanout", false, true, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		q, err := ch.QueueDeclare("", false, true, true, false, amqp.Table{"x-message-ttl": int32(30000)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.QueueBind(q.Name, "", exchange+".hints", false, nil); err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// three tokens revoked while the new instance had no connection, then
+		// a hint: both go once it connects
+		h := NewHints(HintConfig{URL: url, Exchange: exchange, InstanceID: testenv.Name("new")})
+		for _, id := range []int64{7, 8, 9} {
+			h.Revoke(context.Background(), id, []string{"old"})
+		}
+		at := time.Now().Truncate(time.Millisecond)
+		h.Send([]alarm.Due{{ID: 5, Shard: 2, At: at}})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = h.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		timeout := time.After(10 * time.Second)
+		for n := 0; n < 1; {
+			select {
+			case m := <-msgs:
+				if m.AppId != "old" { // the earlier release's rule: every message not its own is hints
+					old.deliver(m.Body)
+					n++
+				}
+			case <-timeout:
+				t.Fatal("no message on the hint exchange")
+			}
+		}
 		select {
 		case m := <-msgs:
-			if m.AppId != "old" { // the earlier release's rule: every message not its own is hints
-				old.deliver(m.Body)
-				n++
-			}
-		case <-timeout:
-			t.Fatal("no message on the hint exchange")
+			t.Errorf("a second message reached the older instance: type %q, %d bytes", m.Type, len(m.Body))
+		case <-time.After(500 * time.Millisecond):
 		}
-	}
-	select {
-	case m := <-msgs:
-		t.Errorf("a second message reached the older instance: type %q, %d bytes", m.Type, len(m.Body))
-	case <-time.After(500 * time.Millisecond):
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(offered) != 1 || offered[0].ID != 5 || offered[0].Shard != 2 || !offered[0].At.Equal(at) {
-		t.Errorf("the older instance took %+v, want only the hint of clock 5", offered)
-	}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(offered) != 1 || offered[0].ID != 5 || offered[0].Shard != 2 || !offered[0].At.Equal(at) {
+			t.Errorf("the older instance took %+v, want only the hint of clock 5", offered)
+		}
+	})
 }
 
 // What waits when a connection comes up (queued without one, or put back
