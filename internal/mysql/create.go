@@ -217,7 +217,7 @@ func (s *Store) commitBatch(wc *writerConn, batch []item) {
 		var unknown *unknownError
 		if errors.As(err, &unknown) {
 			// The COMMIT was sent and its answer lost: find out.
-			results, applied, rerr := s.resolveCreate(ctx, unknown.thread, batch, token)
+			results, applied, rerr := s.resolveCreate(ctx, unknown.sess, batch, token)
 			if rerr != nil {
 				err = rerr
 				break
@@ -322,7 +322,7 @@ func keyList(b *strings.Builder, args []any, keys []alarm.Key) []any {
 }
 
 // commit commits tx; an error that is not MySQL's own answer leaves the
-// outcome unknown (onConn names the thread). The COMMIT is a statement
+// outcome unknown (onConn names the session). The COMMIT is a statement
 // under ctx: Tx.Commit sends it with no deadline, and a server that
 // stalled then held the request for the driver's readTimeout (30 s), past
 // mysql.request_timeout + mysql.resolve_timeout.
@@ -331,24 +331,24 @@ func commit(ctx context.Context, tx *sqlx.Tx) error {
 	// the transaction is over on the server (or its connection is gone);
 	// database/sql's is not: its ROLLBACK finds nothing to undo
 	_ = tx.Rollback()
-	return commitErr(err, 0)
+	return commitErr(err, session{})
 }
 
-// commitErr is the error of a COMMIT sent on MySQL thread thread: MySQL's
+// commitErr is the error of a COMMIT sent on MySQL session sess: MySQL's
 // own answer, or, for any other failure (its answer lost), an
 // *unknownError.
-func commitErr(err error, thread int64) error {
+func commitErr(err error, sess session) error {
 	var me *mysql.MySQLError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &me) && interrupted(me.Number):
 		// the commit may have been done first: find out
-		return &unknownError{err: fmt.Errorf("commit: %w", err), thread: thread}
+		return &unknownError{err: fmt.Errorf("commit: %w", err), sess: sess}
 	case isServerError(err):
 		return fmt.Errorf("commit: %w", err)
 	default:
-		return &unknownError{err: fmt.Errorf("commit: %w", err), thread: thread}
+		return &unknownError{err: fmt.Errorf("commit: %w", err), sess: sess}
 	}
 }
 
@@ -375,9 +375,9 @@ func (s *Store) insertFast(ctx context.Context, wc *writerConn, batch []item, to
 		return nil, err
 	}
 	if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
-		thread := wc.thread
+		sess := wc.sess
 		wc.drop() // its transaction's state is unknown: never reuse it
-		return nil, commitErr(err, thread)
+		return nil, commitErr(err, sess)
 	}
 	return out, nil
 }
@@ -394,7 +394,7 @@ func (s *Store) insertFast(ctx context.Context, wc *writerConn, batch []item, to
 type writerConn struct {
 	s          *Store
 	c          *sqlx.Conn
-	thread     int64 // c's MySQL thread (see resolve)
+	sess       session // c's MySQL session (see resolve)
 	since, use time.Time
 }
 
@@ -417,12 +417,12 @@ func (w *writerConn) get(ctx context.Context) (*sqlx.Conn, error) {
 			discard(c)
 			return nil, err
 		}
-		var thread int64
-		if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&thread); err != nil {
+		sess, err := learnSession(ctx, c)
+		if err != nil {
 			discard(c)
 			return nil, err
 		}
-		w.c, w.thread, w.since = c, thread, now
+		w.c, w.sess, w.since = c, sess, now
 	}
 	w.use = now
 	return w.c, nil
@@ -713,9 +713,9 @@ func (s *Store) retryOfArchived(n alarm.NewClock, archived []alarm.Clock, now ti
 // resolveCreate finds out whether a batch whose COMMIT answer was lost was
 // applied: its rows carry the batch's token. A transaction is all or
 // nothing, so one row with the token means every insert of it committed.
-func (s *Store) resolveCreate(ctx context.Context, thread int64, batch []item, token int64) ([]alarm.CreateResult, bool, error) {
+func (s *Store) resolveCreate(ctx context.Context, sess session, batch []item, token int64) ([]alarm.CreateResult, bool, error) {
 	var rows map[alarm.Key]row
-	err := s.resolve(ctx, thread, func(ctx context.Context) (err error) {
+	err := s.resolve(ctx, sess, func(ctx context.Context) (err error) {
 		rows, err = rowsOf(ctx, s.db, distinctKeys(batch), false)
 		return err
 	})

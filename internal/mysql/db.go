@@ -184,32 +184,75 @@ func interrupted(code uint16) bool {
 // (a create that lost a race): the batch can run again.
 func isRetryable(err error) bool { return isLockConflict(err) || isDuplicate(err) }
 
-// endThread makes sure MySQL thread id has ended. A change whose COMMIT
-// answer was lost may still be open there, holding its row locks, with its
-// COMMIT on the way (a packet retransmitted after a network blip, while
-// fresh connections already get through): a read of its rows before that
-// session ends cannot tell whether it will commit. KILL ends it (what it
-// has not committed is rolled back); it is gone from the process list once
-// its transaction is over either way. A thread already gone, or not ours
-// to kill (a proxy in between), is waited for only.
-func endThread(ctx context.Context, db *sqlx.DB, id int64) error {
-	if _, err := db.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatInt(id, 10)); err != nil {
+// session names a MySQL session: its thread id, the server it runs on
+// (host, port and server id) and a time before it was learned. A thread id
+// alone is not enough to KILL by: a restarted server hands its ids out
+// again from 1, and a failover puts another server behind the same
+// address.
+type session struct {
+	thread int64
+	server string
+	before time.Time
+}
+
+// learnSession reads the session of connection c (one round trip).
+func learnSession(ctx context.Context, c *sqlx.Conn) (session, error) {
+	sess := session{before: time.Now()}
+	err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID(), CONCAT(@@hostname, ':', @@port, '/', @@server_id)").Scan(&sess.thread, &sess.server)
+	return sess, err
+}
+
+// endSession makes sure MySQL session sess has ended. A change whose
+// COMMIT answer was lost may still be open there, holding its row locks,
+// with its COMMIT on the way (a packet retransmitted after a network blip,
+// while fresh connections already get through): a read of its rows before
+// that session ends cannot tell whether it will commit. KILL ends it (what
+// it has not committed is rolled back); it is gone from the process list
+// once its transaction is over either way. A thread already gone, or not
+// ours to kill (a proxy in between), is waited for only.
+//
+// A session on a server that restarted since it was learned, or on
+// another server than the one answering now, is not killed: it ended with
+// that server's restart (or is out of reach), and its thread id may now
+// name someone else's connection.
+func endSession(ctx context.Context, db *sqlx.DB, sess session) error {
+	c, err := db.Connx(ctx)
+	if err != nil {
+		return fmt.Errorf("end thread %d: %w", sess.thread, err)
+	}
+	defer c.Close()
+	asked := time.Now()
+	var server string
+	if err := c.QueryRowContext(ctx, "SELECT CONCAT(@@hostname, ':', @@port, '/', @@server_id)").Scan(&server); err != nil {
+		return fmt.Errorf("end thread %d: %w", sess.thread, err)
+	}
+	var name string
+	var uptime int64 // whole seconds, rounded down
+	if err := c.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Uptime'").Scan(&name, &uptime); err != nil {
+		return fmt.Errorf("end thread %d: %w", sess.thread, err)
+	}
+	// Up since before the session was learned, the server's uptime is at
+	// least asked - before; one second under it means a restart since.
+	if server != sess.server || time.Duration(uptime+1)*time.Second <= asked.Sub(sess.before) {
+		return nil
+	}
+	if _, err := c.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatInt(sess.thread, 10)); err != nil {
 		var me *mysql.MySQLError
 		if !errors.As(err, &me) || (me.Number != 1094 && me.Number != 1095) { // unknown thread, not its owner
-			return fmt.Errorf("end thread %d: %w", id, err)
+			return fmt.Errorf("end thread %d: %w", sess.thread, err)
 		}
 	}
 	for {
 		var n int
-		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n); err != nil {
-			return fmt.Errorf("wait for thread %d to end: %w", id, err)
+		if err := c.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", sess.thread).Scan(&n); err != nil {
+			return fmt.Errorf("wait for thread %d to end: %w", sess.thread, err)
 		}
 		if n == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for thread %d to end: %w", id, ctx.Err())
+			return fmt.Errorf("wait for thread %d to end: %w", sess.thread, ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

@@ -363,12 +363,12 @@ func (s *Store) refusal(verb string, k alarm.Key, c alarm.Clock) error {
 }
 
 // unknownError: a COMMIT was sent and its answer lost (connection cut,
-// deadline): the change may or may not be applied. thread is the MySQL
-// thread of the connection it was sent on (0: not known), which resolve
-// ends before it reads the outcome.
+// deadline): the change may or may not be applied. sess is the MySQL
+// session it was sent on (zero: not known), which resolve ends before it
+// reads the outcome.
 type unknownError struct {
-	err    error
-	thread int64
+	err  error
+	sess session
 }
 
 func (e *unknownError) Error() string { return e.err.Error() }
@@ -427,15 +427,15 @@ func onConn(ctx context.Context, db *sqlx.DB, fn func(c *sqlx.Conn) error) error
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	var thread int64
-	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&thread); err != nil {
+	sess, err := learnSession(ctx, c)
+	if err != nil {
 		c.Close()
 		return fmt.Errorf("begin: %w", err)
 	}
 	err = fn(c)
 	var unknown *unknownError
 	if errors.As(err, &unknown) {
-		unknown.thread = thread
+		unknown.sess = sess
 		discard(c)
 		return err
 	}
@@ -445,24 +445,24 @@ func onConn(ctx context.Context, db *sqlx.DB, fn func(c *sqlx.Conn) error) error
 
 // resolve runs read, on fresh connections, until MySQL answers it or
 // ResolveTimeout passes: it finds out the outcome of a change whose COMMIT
-// answer was lost. First it ends the MySQL thread the change was sent on
-// (endThread), when known: until then its transaction may still be open,
+// answer was lost. First it ends the MySQL session the change was sent on
+// (endSession), when known: until then its transaction may still be open,
 // with its COMMIT on the way, and no read can tell. It is not bound to the
 // request's context: memory must follow the row even when the client went
 // away.
-func (s *Store) resolve(ctx context.Context, thread int64, read func(ctx context.Context) error) error {
-	return resolveOn(ctx, s.db, s.cfg.ResolveTimeout, s.log, thread, read)
+func (s *Store) resolve(ctx context.Context, sess session, read func(ctx context.Context) error) error {
+	return resolveOn(ctx, s.db, s.cfg.ResolveTimeout, s.log, sess, read)
 }
 
-func resolveOn(ctx context.Context, db *sqlx.DB, timeout time.Duration, log *slog.Logger, thread int64, read func(ctx context.Context) error) error {
+func resolveOn(ctx context.Context, db *sqlx.DB, timeout time.Duration, log *slog.Logger, sess session, read func(ctx context.Context) error) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	var err error
-	ended := thread == 0
+	ended := sess.thread == 0
 	for attempt := 1; ; attempt++ {
 		actx, acancel := context.WithTimeout(rctx, 2*time.Second)
 		if !ended {
-			err = endThread(actx, db, thread)
+			err = endSession(actx, db, sess)
 			ended = err == nil
 		}
 		if ended {
@@ -538,7 +538,7 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 			return alarm.Clock{}, fmt.Errorf("%s clock %s: %w", verb, k, mapErr(err))
 		}
 		var r row
-		rerr := s.resolve(ctx, unknown.thread, func(ctx context.Context) (err error) {
+		rerr := s.resolve(ctx, unknown.sess, func(ctx context.Context) (err error) {
 			r, err = s.getRow(ctx, s.db, k, false)
 			return err
 		})
