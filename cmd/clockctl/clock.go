@@ -17,14 +17,14 @@ import (
 // clockBody is the JSON body of create and reschedule; unset fields are
 // left out so that a reschedule changes only what was given.
 type clockBody struct {
-	Application  string  `json:"application,omitempty"`
-	BusinessID   string  `json:"business_id,omitempty"`
-	Payload      *string `json:"payload,omitempty"`
-	ContentType  string  `json:"content_type,omitempty"`
-	RingAt       string  `json:"ring_at,omitempty"`
-	Delay        string  `json:"delay,omitempty"`
-	LatestRingAt string  `json:"latest_ring_at,omitempty"`
-	MaxAttempts  *int    `json:"max_attempts,omitempty"`
+	Application  string          `json:"application,omitempty"`
+	BusinessID   string          `json:"business_id,omitempty"`
+	Payload      *string         `json:"payload,omitempty"`
+	ContentType  string          `json:"content_type,omitempty"`
+	RingAt       string          `json:"ring_at,omitempty"`
+	Delay        string          `json:"delay,omitempty"`
+	LatestRingAt json.RawMessage `json:"latest_ring_at,omitempty"` // a quoted time, or null to clear it
+	MaxAttempts  *int            `json:"max_attempts,omitempty"`
 	// Schedule makes a recurring clock (recurring.go).
 	Schedule *scheduleBody `json:"schedule,omitempty"`
 }
@@ -41,7 +41,7 @@ func (s *scheduleFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&s.in, "in", "", "ring after this Go `duration`, e.g. 30m, 72h, 1h30m")
 	fs.StringVar(&s.payload, "payload", "", "the message body, as a `string`")
 	fs.StringVar(&s.payloadFile, "payload-file", "", "read the message body from `file` (- for stdin), byte for byte")
-	fs.StringVar(&s.latest, "latest", "", "never ring after this RFC 3339 `time` (the clock expires instead)")
+	fs.StringVar(&s.latest, "latest", "", "never ring after this RFC 3339 `time` (the clock expires instead); none clears it")
 	fs.IntVar(&s.maxAttempts, "max-attempts", 0, "give up after `n` failed attempts (0 = no limit)")
 	s.recurring.define(fs)
 }
@@ -68,11 +68,15 @@ func (s *scheduleFlags) fill(c *cli, set map[string]bool, b *clockBody) error {
 		b.Delay = s.in
 	}
 	if set["latest"] {
-		t, err := parseTime("-latest", s.latest)
-		if err != nil {
-			return err
+		if s.latest == "none" {
+			b.LatestRingAt = json.RawMessage("null")
+		} else {
+			t, err := parseTime("-latest", s.latest)
+			if err != nil {
+				return err
+			}
+			b.LatestRingAt, _ = json.Marshal(t)
 		}
-		b.LatestRingAt = t
 	}
 	if set["max-attempts"] {
 		if s.maxAttempts < 0 {
@@ -251,6 +255,7 @@ Examples:
   clockctl reschedule order o-123 -in 1h
   clockctl reschedule order o-123 -at 2026-01-01T12:00:00Z -payload '{"order":123,"v":2}'
   clockctl reschedule order o-123 -max-attempts 5
+  clockctl reschedule order o-123 -latest none      # ring however late
   clockctl reschedule cart close-stale -cron '30 3 * * *' -tz Europe/Berlin
 `,
 		setup: func(c *cli, fs *flag.FlagSet) runFunc {

@@ -513,6 +513,7 @@ func TestRescheduleSendsOnlyTheGivenFields(t *testing.T) {
 		{[]string{"-payload", ""}, map[string]any{"payload": ""}},
 		{[]string{"-max-attempts", "0"}, map[string]any{"max_attempts": json.Number("0")}},
 		{[]string{"-latest", "2026-03-01T00:00:00Z", "-payload", "x"}, map[string]any{"latest_ring_at": "2026-03-01T00:00:00Z", "payload": "x"}},
+		{[]string{"-latest", "none"}, map[string]any{"latest_ring_at": nil}},
 	} {
 		// Flags after the positional arguments.
 		args := append([]string{"reschedule", "a", "b"}, tc.args...)
