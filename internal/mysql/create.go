@@ -321,16 +321,13 @@ func keyList(b *strings.Builder, args []any, keys []alarm.Key) []any {
 	return args
 }
 
-// commit commits tx; an error that is not MySQL's own answer leaves the
-// outcome unknown (onConn names the session). The COMMIT is a statement
-// under ctx: Tx.Commit sends it with no deadline, and a server that
-// stalled then held the request for the driver's readTimeout (30 s), past
-// mysql.request_timeout + mysql.resolve_timeout.
-func commit(ctx context.Context, tx *sqlx.Tx) error {
-	_, err := tx.ExecContext(ctx, "COMMIT")
-	// the transaction is over on the server (or its connection is gone);
-	// database/sql's is not: its ROLLBACK finds nothing to undo
-	_ = tx.Rollback()
+// commit commits the transaction open on c; an error that is not MySQL's
+// own answer leaves the outcome unknown (onConn names the session). The
+// COMMIT is a statement under ctx: Tx.Commit sends it with no deadline, and
+// a server that stalled then held the request for the driver's readTimeout
+// (30 s), past mysql.request_timeout + mysql.resolve_timeout.
+func commit(ctx context.Context, c *sqlx.Conn) error {
+	_, err := c.ExecContext(ctx, "COMMIT")
 	return commitErr(err, session{})
 }
 
@@ -577,14 +574,14 @@ func distinctKeys(batch []item) []alarm.Key {
 //     this transaction (the key is unique in clock) and a new clock, with a
 //     new id, is inserted -> 201.
 func (s *Store) insertChecked(ctx context.Context, batch []item, token int64) (out []alarm.CreateResult, err error) {
-	err = s.runTx(ctx, func(tx *sqlx.Tx) error {
+	err = s.runTx(ctx, func(tx *sqlx.Conn) error {
 		out, err = s.checkedTx(ctx, tx, batch, token)
 		return err
 	}, false)
 	return out, err
 }
 
-func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Tx, batch []item, token int64) ([]alarm.CreateResult, error) {
+func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Conn, batch []item, token int64) ([]alarm.CreateResult, error) {
 	existing, err := rowsOf(ctx, tx, distinctKeys(batch), true)
 	if err != nil {
 		return nil, fmt.Errorf("lock existing clocks: %w", err)
@@ -653,7 +650,7 @@ func (s *Store) decide(n alarm.NewClock, ex alarm.Clock, now time.Time) (alarm.C
 // in clock_history created within the idempotency window: one of them may
 // be the one the create is a retry of (retryOfArchived). One statement by
 // the key's index for the whole batch, and none when no create re-arms.
-func (s *Store) archivedOf(ctx context.Context, tx *sqlx.Tx, batch []item, existing map[alarm.Key]row) (map[alarm.Key][]alarm.Clock, error) {
+func (s *Store) archivedOf(ctx context.Context, tx *sqlx.Conn, batch []item, existing map[alarm.Key]row) (map[alarm.Key][]alarm.Clock, error) {
 	if s.cfg.NoHistory || s.cfg.IdempotencyWindow <= 0 {
 		return nil, nil
 	}
@@ -739,8 +736,9 @@ func (s *Store) resolveCreate(ctx context.Context, sess session, batch []item, t
 		r, ok := rows[k]
 		switch {
 		case !ok:
-			// committed, then already gone (moved to history): answer it
-			// as created, from what was written
+			// committed, then already gone (finished and moved to history
+			// within the resolve): its id is not known here, so the create
+			// is answered 503 and its retry finds it
 			out[j] = alarm.CreateResult{Err: fmt.Errorf("%w: clock %s committed but no longer readable", alarm.ErrUnavailable, k)}
 		case r.OpToken.Valid && r.OpToken.Int64 == token && !first[k]:
 			first[k] = true

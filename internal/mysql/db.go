@@ -195,10 +195,21 @@ type session struct {
 	before time.Time
 }
 
-// learnSession reads the session of connection c (one round trip).
+// learnSession returns the session of connection c: as learned when it
+// was opened (sessionConnector), else asked now.
 func learnSession(ctx context.Context, c *sqlx.Conn) (session, error) {
-	sess := session{before: time.Now()}
-	err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID(), CONCAT(@@hostname, ':', @@port, '/', @@server_id)").Scan(&sess.thread, &sess.server)
+	var sess session
+	_ = c.Raw(func(dc any) error {
+		if sc, ok := dc.(*sessionConn); ok {
+			sess = sc.sess
+		}
+		return nil
+	})
+	if sess.thread != 0 {
+		return sess, nil
+	}
+	sess.before = time.Now()
+	err := c.QueryRowContext(ctx, sessionQuery).Scan(&sess.thread, &sess.server)
 	return sess, err
 }
 
@@ -223,7 +234,7 @@ func endSession(ctx context.Context, db *sqlx.DB, sess session) error {
 	defer c.Close()
 	asked := time.Now()
 	var server string
-	if err := c.QueryRowContext(ctx, "SELECT CONCAT(@@hostname, ':', @@port, '/', @@server_id)").Scan(&server); err != nil {
+	if err := c.QueryRowContext(ctx, "SELECT "+sessionServer).Scan(&server); err != nil {
 		return fmt.Errorf("end thread %d: %w", sess.thread, err)
 	}
 	var name string

@@ -33,7 +33,7 @@ func TestResolveEndsNoOneElsesConnection(t *testing.T) {
 	t.Cleanup(s.Close)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	err = s.runTx(ctx, func(tx *sqlx.Tx) error {
+	err = s.runTx(ctx, func(tx *sqlx.Conn) error {
 		if _, err := tx.ExecContext(ctx, "SELECT 1"); err != nil {
 			return err
 		}
@@ -131,7 +131,7 @@ func TestResolveKillsNoThreadOfARestartedServer(t *testing.T) {
 	if _, err := victim.ExecContext(ctx, "BEGIN"); err != nil {
 		t.Fatal(err)
 	}
-	if err := resolveOn(ctx, db2, 5*time.Second, slog.New(slog.DiscardHandler), old, func(ctx context.Context) error {
+	if err := resolveOn(ctx, db2, 5*time.Second, slog.New(slog.DiscardHandler), "clock", old, func(ctx context.Context) error {
 		return db2.QueryRowContext(ctx, "SELECT 1").Scan(new(int))
 	}); err != nil {
 		t.Fatalf("resolve: %v", err)

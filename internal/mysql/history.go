@@ -139,7 +139,7 @@ func (s *Store) MoveFinished(ctx context.Context, st alarm.Status, ids []int64, 
 		return 0, 0, nil
 	}
 	ids = sortedIDs(ids)
-	err = s.inBackgroundTx(ctx, func(tx *sqlx.Tx) error {
+	err = s.inBackgroundTx(ctx, func(tx *sqlx.Conn) error {
 		archived, deleted = 0, 0
 		var rows []struct {
 			ID         int64 `db:"id"`

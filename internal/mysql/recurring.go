@@ -128,7 +128,7 @@ func (s *Store) Advance(ctx context.Context, advs []alarm.Advance, tokens []int6
 			held = append(held, a)
 		}
 	}
-	err := s.inBackgroundTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inBackgroundTx(ctx, func(tx *sqlx.Conn) error {
 		if !s.cfg.NoHistory {
 			if err := occurrenceHistory(ctx, tx, held, tokens, now); err != nil {
 				return err
@@ -195,7 +195,7 @@ func advanceValues(advs []alarm.Advance, now time.Time) (string, []any, error) {
 // time is strictly after the one before, so the rows never collide;
 // the clock's own row, when it is archived at its end, carries its
 // update_time, which Advance keeps after its last occurrence's time.
-func occurrenceHistory(ctx context.Context, tx *sqlx.Tx, advs []alarm.Advance, tokens []int64, now time.Time) error {
+func occurrenceHistory(ctx context.Context, tx *sqlx.Conn, advs []alarm.Advance, tokens []int64, now time.Time) error {
 	override := map[string]string{"status": "v.v_hst", "rung_at": "v.v_rung", "last_error": "v.v_err",
 		"update_time": "v.v_at", "occurrences": "v.v_occ", "claim_token": "NULL"}
 	var cols, sel []string
@@ -230,7 +230,7 @@ func occurrenceHistory(ctx context.Context, tx *sqlx.Tx, advs []alarm.Advance, t
 
 // advanceRows moves each clock to its next occurrence, or finishes it.
 // unclaimed is what claim_token becomes (see Store.unclaimedToken).
-func advanceRows(ctx context.Context, tx *sqlx.Tx, advs []alarm.Advance, tokens []int64, unclaimed string, now time.Time) error {
+func advanceRows(ctx context.Context, tx *sqlx.Conn, advs []alarm.Advance, tokens []int64, unclaimed string, now time.Time) error {
 	ids := make([]int64, len(advs))
 	for i, a := range advs {
 		ids[i] = a.ID

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
+	"strconv"
+	"time"
 )
 
 // sessionInit is run on every new connection, before it is used.
@@ -25,10 +27,33 @@ var sessionInit = []string{
 	"SET SESSION innodb_lock_wait_timeout = 5",
 }
 
-// sessionConnector runs sessionInit on each connection it opens.
+// sessionConnector runs sessionInit on each connection it opens, and
+// learns its MySQL session (see learnSession) for a change whose COMMIT
+// answer is lost: so no change pays a round trip for it.
 type sessionConnector struct {
 	driver.Connector
 	init []string
+}
+
+// driverConn is what database/sql uses of a go-sql-driver connection: a
+// connection wrapped with its session keeps every one of these.
+type driverConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.SessionResetter
+	driver.Validator
+	driver.NamedValueChecker
+}
+
+// sessionConn is a connection and its MySQL session, learned when it was
+// opened.
+type sessionConn struct {
+	driverConn
+	sess session
 }
 
 func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -47,5 +72,54 @@ func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
 			return nil, fmt.Errorf("set up mysql session (%s): %w", q, err)
 		}
 	}
-	return conn, nil
+	dc, ok := conn.(driverConn)
+	if !ok {
+		return conn, nil // learnSession asks on each use instead
+	}
+	sess := session{before: time.Now()}
+	rows, err := dc.QueryContext(ctx, sessionQuery, nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("set up mysql session (%s): %w", sessionQuery, err)
+	}
+	vals := make([]driver.Value, 2)
+	err = rows.Next(vals)
+	_ = rows.Close()
+	if err == nil {
+		sess.thread, err = asInt(vals[0])
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("set up mysql session (%s): %w", sessionQuery, err)
+	}
+	sess.server = asString(vals[1])
+	return &sessionConn{driverConn: dc, sess: sess}, nil
+}
+
+// sessionQuery reads a session's thread id and its server's name.
+const (
+	sessionServer = "CONCAT(@@hostname, ':', @@port, '/', @@server_id)"
+	sessionQuery  = "SELECT CONNECTION_ID(), " + sessionServer
+)
+
+func asInt(v driver.Value) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case []byte:
+		return strconv.ParseInt(string(v), 10, 64)
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, fmt.Errorf("unexpected %T", v)
+}
+
+func asString(v driver.Value) string {
+	switch v := v.(type) {
+	case []byte:
+		return string(v)
+	case string:
+		return v
+	}
+	return fmt.Sprint(v)
 }

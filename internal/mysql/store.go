@@ -382,7 +382,7 @@ var errUnchanged = errors.New("nothing to change")
 // was applied (the transaction is rolled back, by us or, when the
 // connection is gone, by the server); an *unknownError from the COMMIT
 // means the outcome is unknown.
-func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Conn) error) error {
 	return retryLocked(ctx, func() error { return s.runTx(ctx, fn, false) })
 }
 
@@ -391,20 +391,27 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 // ctx is cancelled (a run stopped with one mover's failure), only after
 // WriteTimeout. Cut off, its outcome would be unknown and work that was
 // committed would be counted as failed.
-func (s *Store) inBackgroundTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+func (s *Store) inBackgroundTx(ctx context.Context, fn func(tx *sqlx.Conn) error) error {
 	return retryLocked(ctx, func() error { return s.runTx(ctx, fn, true) })
 }
 
 // runTx runs fn in one transaction: rolled back when fn fails, committed
-// otherwise (see commit for a COMMIT whose answer is lost).
-func (s *Store) runTx(ctx context.Context, fn func(tx *sqlx.Tx) error, background bool) error {
+// otherwise (see commit for a COMMIT whose answer is lost). fn gets the
+// transaction's connection. BEGIN, ROLLBACK and COMMIT are statements
+// under ctx, not database/sql's Tx: its Commit and Rollback take no
+// context, so a server that stalled held a refused change (409) or a
+// committed one for the driver's readTimeout (30 s) at the ROLLBACK
+// database/sql sends to close its Tx (found by review).
+func (s *Store) runTx(ctx context.Context, fn func(tx *sqlx.Conn) error, background bool) error {
 	return onConn(ctx, s.db, func(c *sqlx.Conn) error {
-		tx, err := c.BeginTxx(ctx, nil)
-		if err != nil {
+		if _, err := c.ExecContext(ctx, "BEGIN"); err != nil {
+			discard(c) // whether it began is not known
 			return fmt.Errorf("begin: %w", err)
 		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback()
+		if err := fn(c); err != nil {
+			if _, rerr := c.ExecContext(ctx, "ROLLBACK"); rerr != nil {
+				discard(c) // closed, the server rolls it back
+			}
 			return err
 		}
 		cctx := ctx
@@ -413,7 +420,7 @@ func (s *Store) runTx(ctx context.Context, fn func(tx *sqlx.Tx) error, backgroun
 			cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
 			defer cancel()
 		}
-		return commit(cctx, tx)
+		return commit(cctx, c)
 	})
 }
 
@@ -451,10 +458,12 @@ func onConn(ctx context.Context, db *sqlx.DB, fn func(c *sqlx.Conn) error) error
 // request's context: memory must follow the row even when the client went
 // away.
 func (s *Store) resolve(ctx context.Context, sess session, read func(ctx context.Context) error) error {
-	return resolveOn(ctx, s.db, s.cfg.ResolveTimeout, s.log, sess, read)
+	return resolveOn(ctx, s.db, s.cfg.ResolveTimeout, s.log, "clock", sess, read)
 }
 
-func resolveOn(ctx context.Context, db *sqlx.DB, timeout time.Duration, log *slog.Logger, sess session, read func(ctx context.Context) error) error {
+// resolveOn is resolve on db; what names what the change was to ("clock")
+// in its error.
+func resolveOn(ctx context.Context, db *sqlx.DB, timeout time.Duration, log *slog.Logger, what string, sess session, read func(ctx context.Context) error) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	var err error
@@ -476,8 +485,8 @@ func resolveOn(ctx context.Context, db *sqlx.DB, timeout time.Duration, log *slo
 		select {
 		case <-rctx.Done():
 			log.Error("outcome of a change unknown: MySQL did not answer", "waited", timeout.String(), "err", err)
-			return fmt.Errorf("%w: the change was sent but MySQL did not confirm it and did not answer for %s: its outcome is unknown; read the clock, then retry: %v",
-				alarm.ErrUnavailable, timeout, err)
+			return fmt.Errorf("%w: the change was sent but MySQL did not confirm it and did not answer for %s: its outcome is unknown; read the %s, then retry: %v",
+				alarm.ErrUnavailable, timeout, what, err)
 		case <-time.After(d):
 		}
 	}
@@ -489,12 +498,12 @@ func resolveOn(ctx context.Context, db *sqlx.DB, timeout time.Duration, log *slo
 // clock is read for the answer). When the COMMIT's answer is lost the row is
 // read again: the token tells whether this change was applied; if it was
 // not, it runs again.
-func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update func(tx *sqlx.Tx, token int64) (bool, error)) (alarm.Clock, error) {
+func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update func(tx *sqlx.Conn, token int64) (bool, error)) (alarm.Clock, error) {
 	for attempt := 1; ; attempt++ {
 		token := newToken()
 		var c alarm.Clock
 		var refused error
-		err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		err := s.inTx(ctx, func(tx *sqlx.Conn) error {
 			// not in clock: moved to history, finished, so refused
 			archived := func(err error) error {
 				if !errors.Is(err, alarm.ErrNotFound) {
@@ -568,7 +577,7 @@ func (s *Store) transition(ctx context.Context, k alarm.Key, verb, set string, s
 	// a claimed clock (firing) has status 'pending' and a claim_token, not 0
 	q := "UPDATE clock SET " + set + ", op_token = ?, update_time = GREATEST(?, update_time + 1) WHERE application = ? AND business_id = ? AND status IN (" +
 		placeholders(len(from)) + ") AND " + notClaimed
-	return s.change(ctx, k, verb, func(tx *sqlx.Tx, token int64) (bool, error) {
+	return s.change(ctx, k, verb, func(tx *sqlx.Conn, token int64) (bool, error) {
 		args := append(append([]any{}, setArgs...), token, ms(now), k.Application, k.BusinessID)
 		for _, st := range from {
 			args = append(args, string(st))
@@ -621,7 +630,7 @@ func (s *Store) Reschedule(ctx context.Context, k alarm.Key, now time.Time, appl
 // It writes what a reschedule, a pause or a resume may change.
 func (s *Store) Change(ctx context.Context, k alarm.Key, verb string, now time.Time, apply func(alarm.Clock) (alarm.Clock, error)) (alarm.Clock, error) {
 	var invalid error
-	c, err := s.change(ctx, k, verb, func(tx *sqlx.Tx, token int64) (bool, error) {
+	c, err := s.change(ctx, k, verb, func(tx *sqlx.Conn, token int64) (bool, error) {
 		cur, err := s.get(ctx, tx, k, true)
 		if err != nil {
 			return false, err

@@ -142,14 +142,14 @@ func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (a
 	switch {
 	case errors.As(err, &unknown):
 		// within one resolve_timeout: revoked again, then read back
-		err = resolveOn(ctx, s.db, s.resolveTimeout, slog.New(slog.DiscardHandler), unknown.sess, func(ctx context.Context) error {
+		err = resolveOn(ctx, s.db, s.resolveTimeout, slog.New(slog.DiscardHandler), "token", unknown.sess, func(ctx context.Context) error {
 			if _, err := s.db.ExecContext(ctx, q, ms(now), id); err != nil {
 				return err
 			}
 			return readBack(ctx)
 		})
 	case err == nil:
-		err = resolveOn(ctx, s.db, s.resolveTimeout, slog.New(slog.DiscardHandler), session{}, readBack)
+		err = resolveOn(ctx, s.db, s.resolveTimeout, slog.New(slog.DiscardHandler), "token", session{}, readBack)
 	default:
 		return auth.Token{}, fmt.Errorf("revoke token %d: %w", id, mapErr(err))
 	}
