@@ -196,6 +196,7 @@ func (s *Store) commitBatch(wc *writerConn, batch []item) {
 	defer cancel()
 	token := newToken()
 	var err error
+	unknown := false // committed or not, MySQL would not say
 	checked := false // a key may exist: take the path that locks and compares
 	for attempt := 1; attempt <= 8; attempt++ {
 		var results []alarm.CreateResult
@@ -214,12 +215,12 @@ func (s *Store) commitBatch(wc *writerConn, batch []item) {
 			}
 			break
 		}
-		var unknown *unknownError
-		if errors.As(err, &unknown) {
+		var lost *unknownError
+		if errors.As(err, &lost) {
 			// The COMMIT was sent and its answer lost: find out.
-			results, applied, rerr := s.resolveCreate(ctx, unknown.sess, batch, token)
+			results, applied, rerr := s.resolveCreate(ctx, lost.sess, batch, token)
 			if rerr != nil {
-				err = rerr
+				err, unknown = rerr, true
 				break
 			}
 			if applied {
@@ -245,9 +246,14 @@ func (s *Store) commitBatch(wc *writerConn, batch []item) {
 				s.log.Warn("create batch failed", "rows", len(batch), "err", err, "like_failures_not_logged", heldBack)
 			}
 		}
-		err = mapErr(err)
+		err = fmt.Errorf("create: %w", mapErr(err))
 		for _, it := range batch {
-			it.req.res[it.i] = alarm.CreateResult{Err: fmt.Errorf("create: %w", err)}
+			ierr := err
+			if unknown {
+				// memory may no longer match the row: its shard is read again
+				ierr = &alarm.UnknownOutcomeError{Shard: alarm.ShardOf(it.clock().Application, it.clock().BusinessID, s.cfg.Shards), Err: err}
+			}
+			it.req.res[it.i] = alarm.CreateResult{Err: ierr}
 		}
 	}
 	s.batchRows.Observe(float64(len(batch)))
