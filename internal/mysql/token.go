@@ -125,19 +125,29 @@ func (s *AuthStore) token(ctx context.Context, where string, args ...any) (auth.
 
 // RevokeToken marks a token revoked; a token revoked before keeps its time.
 //
-// When the UPDATE's answer is lost, its session is ended and the token
-// revoked again (a revocation is idempotent), and the token is read back on
-// fresh connections, for up to its resolve timeout: an answer of 5xx
-// means the token was not revoked (found by review: a late UPDATE revoked
-// a token whose revocation had answered 503).
+// The token is read first (404 before anything changes), then revoked. An
+// UPDATE that was answered is done: the token is answered from that read,
+// with no read after it that could fail (found by review: a revocation made
+// answered 503 when MySQL went away before the read back). When the
+// UPDATE's answer is lost, its session is ended and the token revoked
+// again (a revocation is idempotent), and the token is read back on fresh
+// connections, for up to its resolve timeout: an answer of 5xx means the
+// token was not revoked (found by review: a late UPDATE revoked a token
+// whose revocation had answered 503).
 func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (auth.Token, error) {
 	const q = "UPDATE clock_token SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
-	var t auth.Token
+	t, err := s.token(ctx, "id = ?", id)
+	if errors.Is(err, alarm.ErrNotFound) {
+		return auth.Token{}, fmt.Errorf("token %d: %w", id, alarm.ErrNotFound)
+	}
+	if err != nil {
+		return auth.Token{}, fmt.Errorf("revoke token %d: %w", id, err)
+	}
 	readBack := func(ctx context.Context) (err error) {
 		t, err = s.token(ctx, "id = ?", id)
 		return err
 	}
-	err := s.revokeOnce(ctx, q, id, now)
+	n, err := s.revokeOnce(ctx, q, id, now)
 	var unknown *unknownError
 	switch {
 	case errors.As(err, &unknown):
@@ -148,10 +158,16 @@ func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (a
 			}
 			return readBack(ctx)
 		})
-	case err == nil:
-		err = resolveOn(ctx, s.db, s.resolveTimeout, slog.New(slog.DiscardHandler), "token", session{}, readBack)
-	default:
+	case err != nil:
 		return auth.Token{}, fmt.Errorf("revoke token %d: %w", id, mapErr(err))
+	case n == 1:
+		t.RevokedAt = fromMS(ms(now))
+		return t, nil
+	case !t.RevokedAt.IsZero():
+		return t, nil // revoked before: unchanged
+	default:
+		// revoked (or deleted) by someone else since the read: read again
+		err = resolveOn(ctx, s.db, s.resolveTimeout, slog.New(slog.DiscardHandler), "token", session{}, readBack)
 	}
 	if errors.Is(err, alarm.ErrNotFound) {
 		return auth.Token{}, fmt.Errorf("token %d: %w", id, alarm.ErrNotFound)
@@ -162,12 +178,16 @@ func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (a
 	return t, nil
 }
 
-// revokeOnce runs the revoking UPDATE q on a connection whose MySQL thread
-// is known: an error with its answer lost is an *unknownError.
-func (s *AuthStore) revokeOnce(ctx context.Context, q string, id int64, now time.Time) error {
-	return onConn(ctx, s.db, func(c *sqlx.Conn) error {
+// revokeOnce runs the revoking UPDATE q on a connection whose MySQL
+// session is known and returns the rows it changed: an error with its
+// answer lost is an *unknownError.
+func (s *AuthStore) revokeOnce(ctx context.Context, q string, id int64, now time.Time) (n int64, err error) {
+	err = onConn(ctx, s.db, func(c *sqlx.Conn) error {
 		err := retryLocked(ctx, func() error {
-			_, err := c.ExecContext(ctx, q, ms(now), id)
+			res, err := c.ExecContext(ctx, q, ms(now), id)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
 			return err
 		})
 		if err != nil && !isServerError(err) {
@@ -175,6 +195,7 @@ func (s *AuthStore) revokeOnce(ctx context.Context, q string, id int64, now time
 		}
 		return err
 	})
+	return n, err
 }
 
 // TokenByHash finds a token by the hash of its secret.
