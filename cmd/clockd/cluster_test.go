@@ -733,7 +733,7 @@ func TestClusterPausedInstanceIsFenced(t *testing.T) {
 	if int(delta) != byVictimAgain {
 		t.Errorf("the resumed instance rang %.0f clocks, but only %d were claimed under leases it acquired after resuming", delta, byVictimAgain)
 	}
-	if !strings.Contains(victim.Logs(), "shard lease lost") {
+	if !strings.Contains(victim.Logs(), "shard leases lost") {
 		t.Errorf("the resumed instance did not log that it lost its leases")
 	}
 }

@@ -92,6 +92,10 @@ type Manager struct {
 	lastOK  time.Time        // last successful lease round
 	lastErr error
 	joined  bool // leases left under this instance id by a previous process were released
+	// backAt: this instance's lease rounds failed for over half a lease
+	// TTL and succeeded again at backAt; until one TTL after it, no lease
+	// of another instance is taken (see round).
+	backAt time.Time
 
 	// the broker as this instance sees it (lease keeper goroutine only)
 	judged    bool      // judged once
