@@ -86,6 +86,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Logger:     log, Registerer: reg,
 	})
 	defer store.Close()
+	if err := checkInstanceID(ctx, store, cfg.Cluster.InstanceID, cfg.Cluster.LeaseTTL, log); err != nil {
+		return err
+	}
 	var loop *ring.Loop // the janitor yields to it; the loop is made below
 	jan := janitor.New(janitor.Config{
 		InstanceID: cfg.Cluster.InstanceID, Retention: cfg.Janitor.Retention, RetentionFailed: cfg.Janitor.RetentionFailed,

@@ -2,6 +2,8 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -222,4 +224,22 @@ func (s *Store) Cluster(ctx context.Context) ([]ClusterInstance, []ClusterShard,
 		return nil, nil, time.Time{}, fmt.Errorf("cluster shards: %w", mapErr(err))
 	}
 	return inst, shards, fromMS(now), nil
+}
+
+// InstanceHeartbeat is the heartbeat of an instance id while it is live:
+// when it expires and when its process started, both ms since the epoch
+// by the database's clock; ok false when none is live.
+func (s *Store) InstanceHeartbeat(ctx context.Context, instanceID string) (expires, started int64, ok bool, err error) {
+	var r struct {
+		Expires int64 `db:"expires_at"`
+		Started int64 `db:"started_at"`
+	}
+	err = s.db.GetContext(ctx, &r, "SELECT expires_at, started_at FROM clock_instance WHERE instance_id = ? AND expires_at > "+dbNowMS, instanceID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("read heartbeat: %w", mapErr(err))
+	}
+	return r.Expires, r.Started, true, nil
 }

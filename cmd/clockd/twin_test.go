@@ -1,0 +1,57 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clockd/clockd/internal/testenv"
+)
+
+// A second process started under the instance id of a live one refuses to
+// start, saying why, and the live one keeps its shards (found by review:
+// two replicas with host networking get the same default id, host name +
+// pid 1; both ran, counted as one instance, and when one stopped it
+// released the other's leases). A process restarted under the id of one
+// that was just killed starts, after watching the dead one's heartbeat for
+// at most half a TTL.
+func TestSecondProcessUnderOneInstanceIDRefused(t *testing.T) {
+	e := newEnv(t)
+	first := startClusterNode(t, e, "host-1", nil)
+	v, _, ok := waitCluster(t, first, 20*leaseRound, func(v clusterJSON) bool { return len(v.leases("host-1")) == clusterShards })
+	if !ok {
+		t.Fatalf("the first process holds not every shard: %s", v)
+	}
+	twin := testenv.LaunchClockd(t, e.vars(map[string]string{
+		"CLOCKD_SHARDS": strconv.Itoa(clusterShards), "CLOCKD_LEASE_TTL": clusterTTL.String(),
+		"CLOCKD_INSTANCE_ID": "host-1", "CLOCKD_PRELOAD_WINDOW": clusterWindow.String(),
+	}))
+	start := time.Now()
+	err := twin.Wait(clusterTTL + 10*time.Second)
+	if err == nil {
+		t.Fatalf("the second process under instance id host-1 exited 0; want a refusal:\n%s", twin.Logs())
+	}
+	t.Logf("the second process exited after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if !strings.Contains(twin.Logs(), `another clockd process is live under instance id \"host-1\"`) {
+		t.Errorf("the refusal does not say why:\n%s", twin.Logs())
+	}
+	time.Sleep(2 * leaseRound)
+	if v := clusterViewOf(t, first); len(v.leases("host-1")) != clusterShards {
+		t.Errorf("the live process lost shards to the refused one: %s", v)
+	}
+	if strings.Contains(first.Logs(), "shard leases lost") {
+		t.Errorf("the live process lost leases:\n%s", first.Logs())
+	}
+
+	// killed and restarted at once under the same id: it starts
+	first.Kill()
+	start = time.Now()
+	first.Start()
+	first.WaitReady(30 * time.Second)
+	took := time.Since(start)
+	t.Logf("restarted under the id of a killed process: ready after %v", took.Round(time.Millisecond))
+	if limit := clusterTTL/2 + clusterTTL/10 + 5*time.Second; took > limit {
+		t.Errorf("restart took %v, want within %v", took, limit)
+	}
+}
