@@ -78,22 +78,50 @@ func get(t *testing.T, client *http.Client, url, token string) (int, http.Header
 	return resp.StatusCode, resp.Header, string(data)
 }
 
-// TestSecureDefaultRefusal: auth off on an address that is not loopback is
-// refused at start, naming the key, unless confirmed.
-func TestSecureDefaultRefusal(t *testing.T) {
+// TestAuthOffAskedOnPublicAddress: on an address that is not loopback the
+// default is tokens, and CLOCKD_AUTH_MODE=off, asked for by name, starts
+// (SPEC: "off on a non-loopback address must be asked for explicitly"; a
+// second variable was required to confirm it, found by review), with a
+// warning at start unless CLOCKD_AUTH_ALLOW_OFF_ON_PUBLIC acknowledges it.
+func TestAuthOffAskedOnPublicAddress(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct{ addr, mode, allow string }{
-		{"0.0.0.0:8080", "off", ""},
-		{":8080", "off", ""},
-		{"10.1.2.3:8080", "OFF", "false"},
-		{"[::]:8080", "off", ""},
-	} {
-		var stderr bytes.Buffer
-		env := map[string]string{"CLOCKD_HTTP_ADDR": tt.addr, "CLOCKD_AUTH_MODE": tt.mode, "CLOCKD_AUTH_ALLOW_OFF_ON_PUBLIC": tt.allow,
-			"CLOCKD_MYSQL_DSN": "root:@tcp(127.0.0.1:1)/none"}
-		err := run(context.Background(), []string{"serve"}, runEnvOf(env), io.Discard, &stderr)
-		if err == nil || !strings.Contains(err.Error(), "auth.mode") || !strings.Contains(err.Error(), "CLOCKD_AUTH_MODE") {
-			t.Errorf("%s with auth off: %v, want a refusal naming auth.mode", tt.addr, err)
+	for _, allow := range []string{"", "true"} {
+		e := newEnv(t)
+		_, port, err := net.SplitHostPort(testenv.FreeAddr(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vars := e.vars(map[string]string{"CLOCKD_HTTP_ADDR": "0.0.0.0:" + port, "CLOCKD_AUTH_MODE": "off"})
+		if allow != "" {
+			vars["CLOCKD_AUTH_ALLOW_OFF_ON_PUBLIC"] = allow
+		}
+		d := testenv.LaunchClockd(t, vars)
+		base := "http://127.0.0.1:" + port
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if resp, err := http.Get(base + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("clockd with CLOCKD_AUTH_MODE=off on 0.0.0.0:%s is not ready:\n%s", port, d.Logs())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		resp, err := http.Post(base+"/v1/clocks", "application/json",
+			strings.NewReader(`{"application":"order","business_id":"o-1","payload":"p","delay":"1h"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Errorf("create without a token, auth off: %d, want 201", resp.StatusCode)
+		}
+		warned := strings.Contains(d.Logs(), "auth is off on an address that is not loopback")
+		if warned != (allow == "") {
+			t.Errorf("allow_off_on_public %q: warned %v, want %v:\n%s", allow, warned, allow == "", d.Logs())
 		}
 	}
 }

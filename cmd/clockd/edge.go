@@ -21,8 +21,8 @@ import (
 func newAuth(cfg config.Config, db *sqlx.DB, log *slog.Logger, onRevoke func(ctx context.Context, id int64)) (*auth.Authenticator, *auth.Quotas) {
 	store := mysql.NewAuthStore(db).WithResolveTimeout(cfg.MySQL.ResolveTimeout)
 	mode := auth.Mode(cfg.AuthMode())
-	if mode == auth.ModeOff && !config.IsLoopback(cfg.HTTP.Addr) {
-		log.Warn("auth is off on an address that is not loopback (auth.allow_off_on_public): anyone who reaches it may use every application's clocks",
+	if mode == auth.ModeOff && !config.IsLoopback(cfg.HTTP.Addr) && !cfg.Auth.AllowOffOnPublic {
+		log.Warn("auth is off on an address that is not loopback: anyone who reaches it may use every application's clocks (auth.allow_off_on_public: true says something in front of clockd authenticates, and silences this)",
 			"addr", cfg.HTTP.Addr)
 	}
 	a := auth.New(store, auth.Config{Mode: mode, AdminToken: cfg.Auth.AdminToken, CacheTTL: cfg.Auth.CacheTTL, Logger: log,
