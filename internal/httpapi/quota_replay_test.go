@@ -48,3 +48,23 @@ func TestReplayCountsAgainstMaxLiveClocks(t *testing.T) {
 		t.Fatalf("application order has %d live clocks with max_live_clocks %d: %d replays answered 200 instead of 429", live, max, replayed)
 	}
 }
+
+// A replay that cannot put a clock back to pending answers what SPEC says
+// (404, 409) even at the quota, not 429 with Retry-After for a call that
+// can never succeed (found by review).
+func TestReplayAtTheQuotaOfAClockItCannotReplay(t *testing.T) {
+	t.Parallel()
+	e := newAuthAPI(t)
+	tok := e.newToken(map[string]any{"application": "order", "scopes": []string{"read", "write"}})
+	e.setQuota("order", 1, 0, 0)
+	if a := e.call(tok.Secret, "POST", "/v1/clocks", createBody("order", "live")); a.code != 201 {
+		t.Fatalf("create within the quota: %d %s", a.code, a.body)
+	}
+	e.must429(tok.Secret, "POST", "/v1/clocks", createBody("order", "extra"))
+	if a := e.call(tok.Secret, "POST", "/v1/clocks/order/live/replay", nil); a.code != 409 {
+		t.Errorf("replay of a pending clock at the quota: %d %s, want 409", a.code, a.body)
+	}
+	if a := e.call(tok.Secret, "POST", "/v1/clocks/order/no-such-clock/replay", nil); a.code != 404 {
+		t.Errorf("replay of a clock that does not exist at the quota: %d %s, want 404", a.code, a.body)
+	}
+}
