@@ -23,7 +23,7 @@ import (
 // copyCols are the columns clock and clock_history share.
 const copyCols = `id, application, business_id, shard, status, payload, content_type, target_ring_at,
 latest_ring_at, max_attempts, attempts, next_try_time, last_error, claim_epoch, claim_token, rung_at,
-create_time, update_time, op_token, ` + scheduleCols
+create_time, update_time, op_token, claim_time, replayed_attempts, ` + scheduleCols
 
 // finishTime is the finish_time of a clock moved to history (see archive):
 // its update_time, or for a recurring clock, after its occurrences' rows

@@ -496,3 +496,41 @@ func TestRefusalOfAFinishedClockTellsOfTheIdempotencyWindow(t *testing.T) {
 		t.Errorf("a create with another ring time: %+v, want a new clock (as the 409 says)", moved)
 	}
 }
+
+// clock_history has every column of clock (SPEC: "same columns plus when
+// it finished"), and a move keeps their values: replayed_attempts and
+// claim_time were added to clock only (found by review), so a DBA saw only
+// the attempts of a replayed clock made after its replay.
+func TestHistoryKeepsEveryColumnOfClock(t *testing.T) {
+	t.Parallel()
+	s, db := historyStore(t, mysql.StoreConfig{})
+	var missing []string
+	if err := db.Select(&missing, `SELECT c.column_name FROM information_schema.columns c
+		WHERE c.table_schema = DATABASE() AND c.table_name = 'clock' AND c.column_name NOT IN (
+		  SELECT h.column_name FROM information_schema.columns h WHERE h.table_schema = DATABASE() AND h.table_name = 'clock_history')`); err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Errorf("clock_history lacks columns of clock: %v", missing)
+	}
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	first := createOne(t, s, alarm.NewClock{Application: "order", BusinessID: "o-replayed", Payload: "p", ContentType: "text/plain",
+		RingAt: t0.Add(time.Minute)}, t0)
+	finish(t, db, first.Clock.ID, alarm.StatusRung, t0.Add(time.Minute))
+	if _, err := db.Exec("UPDATE clock SET replayed_attempts = 4, claim_time = ? WHERE id = ?", t0.Add(time.Minute).UnixMilli(), first.Clock.ID); err != nil {
+		t.Fatal(err)
+	}
+	if a, _, err := s.MoveFinished(context.Background(), alarm.StatusRung, []int64{first.Clock.ID}, t0.Add(time.Hour), time.Time{}, true); err != nil || a != 1 {
+		t.Fatalf("MoveFinished = %d, %v", a, err)
+	}
+	var got struct {
+		Replayed  int   `db:"replayed_attempts"`
+		ClaimTime int64 `db:"claim_time"`
+	}
+	if err := db.Get(&got, "SELECT replayed_attempts, claim_time FROM clock_history WHERE id = ?", first.Clock.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got.Replayed != 4 || got.ClaimTime != t0.Add(time.Minute).UnixMilli() {
+		t.Errorf("history row: replayed_attempts %d, claim_time %d; want 4, %d", got.Replayed, got.ClaimTime, t0.Add(time.Minute).UnixMilli())
+	}
+}
