@@ -66,6 +66,18 @@ func scheduleErr(err error) error {
 // defaults: an interval without a start is anchored one interval after
 // now (its first occurrence); startGiven tells whether start was named.
 func (in ScheduleInput) Spec(now time.Time) (sp schedule.Spec, sc *schedule.Schedule, startGiven bool, err error) {
+	sp, sc, startGiven, late, err := in.spec(now)
+	if err == nil {
+		err = late
+	}
+	return sp, sc, startGiven, err
+}
+
+// spec is Spec telling apart a refusal that depends on now (late: an end
+// before the start derived from now, where a start derived earlier was
+// not after it; sp is then the schedule with its defaults and sc nil)
+// from the others (err).
+func (in ScheduleInput) spec(now time.Time) (sp schedule.Spec, sc *schedule.Schedule, startGiven bool, late, err error) {
 	if in.Cron != nil {
 		sp.Cron = *in.Cron
 	}
@@ -75,7 +87,7 @@ func (in ScheduleInput) Spec(now time.Time) (sp schedule.Spec, sc *schedule.Sche
 	if in.Every != nil {
 		sp.Every = *in.Every
 		if sp.Every <= 0 {
-			return sp, nil, false, invalid("schedule.every", "must be a positive duration such as \"30s\", got %s", sp.Every)
+			return sp, nil, false, nil, invalid("schedule.every", "must be a positive duration such as \"30s\", got %s", sp.Every)
 		}
 	}
 	if in.Start != nil {
@@ -93,41 +105,63 @@ func (in ScheduleInput) Spec(now time.Time) (sp schedule.Spec, sc *schedule.Sche
 	if in.CatchUpLimit != nil {
 		sp.CatchUpLimit = *in.CatchUpLimit
 		if sp.CatchUpLimit == 0 {
-			return sp, nil, false, invalid("schedule.catch_up_limit", "must be at least 1")
+			return sp, nil, false, nil, invalid("schedule.catch_up_limit", "must be at least 1")
 		}
 	}
 	if in.OccurrenceDeadline != nil {
 		sp.OccurrenceDeadline = *in.OccurrenceDeadline
 	}
-	if sp.Every > 0 && sp.Start.IsZero() {
+	derived := sp.Every > 0 && sp.Start.IsZero()
+	if derived {
 		sp.Start = CeilMS(now.Add(sp.Every))
 	}
 	sc, err = schedule.Parse(sp)
-	if err != nil {
-		return sp, nil, false, scheduleErr(err)
+	if err == nil {
+		return sc.Spec(), sc, startGiven, nil, nil
 	}
-	return sc.Spec(), sc, startGiven, nil
+	err = scheduleErr(err)
+	if derived && !sp.End.IsZero() && sp.End.Before(sp.Start) {
+		// The end is before the start derived from now: a create an
+		// interval earlier had a start before it. Late, when the rest of
+		// the schedule is valid: parsed with a start that is not after
+		// the end, it is.
+		alt := sp
+		alt.Start = sp.End
+		if asc, aerr := schedule.Parse(alt); aerr == nil {
+			full := asc.Spec()
+			full.Start = sp.Start
+			return full, nil, false, err, nil
+		}
+	}
+	return sp, nil, false, nil, err
 }
 
 // validateRecurring fills in n from a create's schedule: its first
-// occurrence is its ring time.
-func (in CreateInput) validateRecurring(n NewClock, now time.Time) (NewClock, error) {
+// occurrence is its ring time. Refusals that depend on now are late (see
+// CreateInput.Resolve).
+func (in CreateInput) validateRecurring(n NewClock, now time.Time) (_ NewClock, late, err error) {
 	if in.When.AtSet || in.When.DelaySet {
-		return NewClock{}, invalid("schedule", "give either schedule (recurring) or ring_at/delay (one-shot), not both")
+		return NewClock{}, nil, invalid("schedule", "give either schedule (recurring) or ring_at/delay (one-shot), not both")
 	}
 	if in.LatestRingAt != nil {
-		return NewClock{}, invalid("latest_ring_at", "applies to one-shot clocks; a recurring clock bounds each occurrence with schedule.occurrence_deadline and ends with schedule.end")
+		return NewClock{}, nil, invalid("latest_ring_at", "applies to one-shot clocks; a recurring clock bounds each occurrence with schedule.occurrence_deadline and ends with schedule.end")
 	}
-	sp, sc, given, err := in.Schedule.Spec(now)
+	sp, sc, given, late, err := in.Schedule.spec(now)
 	if err != nil {
-		return NewClock{}, err
+		return NewClock{}, nil, err
+	}
+	n.Schedule, n.StartGiven = &sp, given
+	if late != nil {
+		return n, late, nil
 	}
 	first, ok := sc.First(now)
 	if !ok {
-		return NewClock{}, invalid("schedule", "has no occurrence after now (%s): check end and the expression", fmtTime(now))
+		// end passed, or max(start, now) is past the last occurrence (a
+		// schedule that never had one is late too: no clock is identical)
+		return n, invalid("schedule", "has no occurrence after now (%s): check end and the expression", fmtTime(now)), nil
 	}
-	n.Schedule, n.StartGiven, n.RingAt = &sp, given, first
-	return n, nil
+	n.RingAt = first
+	return n, nil, nil
 }
 
 // sameSchedule reports whether a create's schedule is the existing clock's

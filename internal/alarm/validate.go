@@ -193,25 +193,54 @@ type CreateInput struct {
 
 // Validate checks a create request and returns the clock to create.
 func (in CreateInput) Validate(now time.Time, lim Limits) (NewClock, error) {
-	n := NewClock{Application: in.Application, BusinessID: in.BusinessID, ContentType: DefaultContentType}
-	if err := CheckKey(Key{in.Application, in.BusinessID}); err != nil {
+	n, late, err := in.Resolve(now, lim)
+	if err == nil {
+		err = late
+	}
+	if err != nil {
 		return NewClock{}, err
+	}
+	return n, nil
+}
+
+// Resolve checks a create request at now and returns the clock it asks
+// for. Its refusals are of two kinds:
+//   - err: the request is invalid in itself (a bad format, a value out of
+//     range, fields that do not go together); n is zero;
+//   - late: the request is well-formed, but not valid as a new clock at
+//     now, because of the time now: its latest_ring_at has passed (or,
+//     for a delay, comes before now plus the delay), its schedule's end
+//     comes before the start derived from now, or its schedule has no
+//     occurrence left after now. Sent earlier, the same request could
+//     have set a clock, and this may be its retry: n is the clock it asks
+//     for, as a create at now would have it (a recurring clock's RingAt
+//     is zero), to be compared with the key's clock (NewClock.Same).
+//     Service.Create answers it with that clock when the store would
+//     answer the request with it (Store.Identical), and with late when
+//     not.
+//
+// The checks that depend on now come last: a late request passed all the
+// others.
+func (in CreateInput) Resolve(now time.Time, lim Limits) (n NewClock, late, err error) {
+	n = NewClock{Application: in.Application, BusinessID: in.BusinessID, ContentType: DefaultContentType}
+	if err := CheckKey(Key{in.Application, in.BusinessID}); err != nil {
+		return NewClock{}, nil, err
 	}
 	if in.Payload != nil {
 		n.Payload = *in.Payload
 	}
 	if err := checkPayload(n.Payload, lim); err != nil {
-		return NewClock{}, err
+		return NewClock{}, nil, err
 	}
 	if in.ContentType != nil {
 		n.ContentType = *in.ContentType
 		if err := checkContentType(n.ContentType); err != nil {
-			return NewClock{}, err
+			return NewClock{}, nil, err
 		}
 	}
 	if in.MaxAttempts != nil {
 		if err := checkMaxAttempts(*in.MaxAttempts); err != nil {
-			return NewClock{}, err
+			return NewClock{}, nil, err
 		}
 		n.MaxAttempts = *in.MaxAttempts
 	}
@@ -220,19 +249,34 @@ func (in CreateInput) Validate(now time.Time, lim Limits) (NewClock, error) {
 	}
 	at, _, err := in.When.resolve(now, true)
 	if err != nil {
-		return NewClock{}, err
+		return NewClock{}, nil, err
 	}
 	n.RingAt = at
 	if in.When.DelaySet {
 		n.Delay, n.ByDelay = *in.When.Delay, true
 	}
-	if in.LatestRingAt != nil {
-		n.LatestRingAt = in.LatestRingAt.UTC().Truncate(time.Millisecond)
-		if err := checkLatest(n.RingAt, n.LatestRingAt, now); err != nil {
-			return NewClock{}, err
-		}
+	if in.LatestRingAt == nil {
+		return n, nil, nil
 	}
-	return n, nil
+	n.LatestRingAt = in.LatestRingAt.UTC().Truncate(time.Millisecond)
+	if n.LatestRingAt.IsZero() {
+		return n, nil, nil
+	}
+	if err := checkTime("latest_ring_at", n.LatestRingAt); err != nil {
+		return NewClock{}, nil, err
+	}
+	if err := checkLatestRing(n.RingAt, n.LatestRingAt); err != nil {
+		if !n.ByDelay {
+			return NewClock{}, nil, err // two times of the request: never valid
+		}
+		// now + delay: the ring time of a retry is later than its first
+		// create's
+		return n, err, nil
+	}
+	if err := checkLatestNow(n.LatestRingAt, now); err != nil {
+		return n, err, nil
+	}
+	return n, nil, nil
 }
 
 func checkLatest(ringAt, latest, now time.Time) error {
@@ -242,14 +286,27 @@ func checkLatest(ringAt, latest, now time.Time) error {
 	if err := checkTime("latest_ring_at", latest); err != nil {
 		return err
 	}
-	if latest.Before(ringAt) {
-		if ringAt.Sub(latest) == time.Millisecond {
-			// what the rounding alone can do to two times in one millisecond
-			return invalid("latest_ring_at", "(%s) is before ring_at (%s): to the millisecond, ring_at is rounded up and latest_ring_at down",
-				fmtTime(latest), fmtTime(ringAt))
-		}
-		return invalid("latest_ring_at", "(%s) is before ring_at (%s)", fmtTime(latest), fmtTime(ringAt))
+	if err := checkLatestRing(ringAt, latest); err != nil {
+		return err
 	}
+	return checkLatestNow(latest, now)
+}
+
+// checkLatestRing refuses a latest_ring_at before the ring time.
+func checkLatestRing(ringAt, latest time.Time) error {
+	if !latest.Before(ringAt) {
+		return nil
+	}
+	if ringAt.Sub(latest) == time.Millisecond {
+		// what the rounding alone can do to two times in one millisecond
+		return invalid("latest_ring_at", "(%s) is before ring_at (%s): to the millisecond, ring_at is rounded up and latest_ring_at down",
+			fmtTime(latest), fmtTime(ringAt))
+	}
+	return invalid("latest_ring_at", "(%s) is before ring_at (%s)", fmtTime(latest), fmtTime(ringAt))
+}
+
+// checkLatestNow refuses a latest_ring_at that has passed.
+func checkLatestNow(latest, now time.Time) error {
 	if !latest.After(now) {
 		return invalid("latest_ring_at", "(%s) is already past", fmtTime(latest))
 	}
