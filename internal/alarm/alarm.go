@@ -233,6 +233,13 @@ type Store interface {
 	// Create inserts clocks, idempotently per key, and returns one result per
 	// input in order.
 	Create(ctx context.Context, clocks []NewClock, now time.Time) []CreateResult
+	// Identical finds, for each clock, the clock its key holds that Create
+	// would answer it with (200) at now, by Create's rule (a live clock
+	// that is Same; a finished one that is Same and within the idempotency
+	// window, or one re-armed since); nil when none. It reads only: it is
+	// for creates that are not valid as new clocks at now (see
+	// CreateInput.Resolve) but may be retries of the create that set one.
+	Identical(ctx context.Context, clocks []NewClock, now time.Time) ([]*Clock, error)
 	Get(ctx context.Context, k Key) (Clock, error)
 	// InClock returns the clocks in the live table of those of the business
 	// ids of app that have one there, in no order: one read for many keys

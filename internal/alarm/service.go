@@ -47,35 +47,65 @@ func (s *Service) settle(err error) {
 }
 
 // Create validates and stores the given inputs, one result per input in
-// order. Invalid inputs get their error and are not written.
+// order. Invalid inputs get their error and are not written. An input that
+// is invalid only as a new clock at now (a time it names has passed, see
+// CreateInput.Resolve) may be the retry of the create that set its key's
+// clock: when the store holds a clock it would answer that create with
+// (200), that is the answer; else the input's error. Only such inputs cost
+// a read of the store before their answer.
 func (s *Service) Create(ctx context.Context, ins []CreateInput) []CreateResult {
 	now := s.now()
 	results := make([]CreateResult, len(ins))
 	valid := make([]NewClock, 0, len(ins))
 	pos := make([]int, 0, len(ins))
+	var late []NewClock
+	var latePos []int
 	for i, in := range ins {
-		n, err := in.Validate(now, s.limits)
-		if err != nil {
+		n, lateErr, err := in.Resolve(now, s.limits)
+		switch {
+		case err != nil:
 			results[i].Err = err
-			continue
+		case lateErr != nil:
+			results[i].Err = lateErr // unless an identical clock answers it
+			late = append(late, n)
+			latePos = append(latePos, i)
+		default:
+			valid = append(valid, n)
+			pos = append(pos, i)
 		}
-		valid = append(valid, n)
-		pos = append(pos, i)
 	}
-	if len(valid) == 0 {
+	if len(valid) == 0 && len(late) == 0 {
 		return results
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	stored := s.store.Create(ctx, valid, now)
-	created := make([]Clock, 0, len(stored))
-	for j, r := range stored {
-		s.settle(r.Err)
-		results[pos[j]] = r
-		// An identical clock that already existed is offered too: if its
-		// create answered after the commit was lost, this is its first offer.
-		if r.Err == nil && r.Clock.Status == StatusPending {
-			created = append(created, r.Clock)
+	created := make([]Clock, 0, len(valid)+len(late))
+	if len(valid) > 0 {
+		stored := s.store.Create(ctx, valid, now)
+		for j, r := range stored {
+			s.settle(r.Err)
+			results[pos[j]] = r
+			// An identical clock that already existed is offered too: if its
+			// create answered after the commit was lost, this is its first offer.
+			if r.Err == nil && r.Clock.Status == StatusPending {
+				created = append(created, r.Clock)
+			}
+		}
+	}
+	if len(late) > 0 {
+		found, err := s.store.Identical(ctx, late, now)
+		for j, i := range latePos {
+			switch {
+			case err != nil:
+				// whether a clock answers it is not known: not "invalid",
+				// which would tell a retry to give up on a clock that exists
+				results[i].Err = err
+			case found[j] != nil:
+				results[i] = CreateResult{Clock: *found[j]}
+				if found[j].Status == StatusPending {
+					created = append(created, *found[j])
+				}
+			}
 		}
 	}
 	s.scheduled(created)

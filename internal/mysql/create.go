@@ -656,7 +656,7 @@ func (s *Store) decide(n alarm.NewClock, ex alarm.Clock, now time.Time) (alarm.C
 // in clock_history created within the idempotency window: one of them may
 // be the one the create is a retry of (retryOfArchived). One statement by
 // the key's index for the whole batch, and none when no create re-arms.
-func (s *Store) archivedOf(ctx context.Context, tx *sqlx.Conn, batch []item, existing map[alarm.Key]row) (map[alarm.Key][]alarm.Clock, error) {
+func (s *Store) archivedOf(ctx context.Context, tx sqlx.QueryerContext, batch []item, existing map[alarm.Key]row) (map[alarm.Key][]alarm.Clock, error) {
 	if s.cfg.NoHistory || s.cfg.IdempotencyWindow <= 0 {
 		return nil, nil
 	}
@@ -686,7 +686,7 @@ func (s *Store) archivedOf(ctx context.Context, tx *sqlx.Conn, batch []item, exi
 	b.WriteString(" AND occurrence_of IS NULL AND create_time > ?")
 	args = append(args, ms(since))
 	var rows []historyRow
-	if err := tx.SelectContext(ctx, &rows, b.String(), args...); err != nil {
+	if err := sqlx.SelectContext(ctx, tx, &rows, b.String(), args...); err != nil {
 		return nil, fmt.Errorf("look for the clocks retries made in history: %w", mapErr(err))
 	}
 	out := make(map[alarm.Key][]alarm.Clock, len(keys))
@@ -711,6 +711,45 @@ func (s *Store) retryOfArchived(n alarm.NewClock, archived []alarm.Clock, now ti
 		}
 	}
 	return alarm.CreateResult{}, true
+}
+
+// Identical answers, for creates that are not valid as new clocks at now
+// (a time they name has passed) but may be retries of the create that set
+// their key's clock, the clock a create of each would be answered with
+// (200) by the rule of insertChecked (decide, then retryOfArchived); nil
+// when none, and then the create's own refusal stands. It locks and
+// writes nothing: one read of clock for all the keys, and one of
+// clock_history only when a key's clock is finished and not the create's.
+func (s *Store) Identical(ctx context.Context, clocks []alarm.NewClock, now time.Time) ([]*alarm.Clock, error) {
+	req := &createReq{clocks: clocks, now: now}
+	batch := make([]item, len(clocks))
+	for i := range clocks {
+		batch[i] = item{req, i}
+	}
+	existing, err := rowsOf(ctx, s.db, distinctKeys(batch), false)
+	if err != nil {
+		return nil, fmt.Errorf("look for identical clocks: %w", mapErr(err))
+	}
+	archived, err := s.archivedOf(ctx, s.db, batch, existing)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*alarm.Clock, len(clocks))
+	for j, it := range batch {
+		ex, ok := existing[it.key()]
+		if !ok {
+			continue
+		}
+		res, rearm := s.decide(*it.clock(), ex.clock(), now)
+		if rearm {
+			res, rearm = s.retryOfArchived(*it.clock(), archived[it.key()], now)
+		}
+		if !rearm && res.Err == nil { // not a conflict: the create is identical
+			c := res.Clock
+			out[j] = &c
+		}
+	}
+	return out, nil
 }
 
 // resolveCreate finds out whether a batch whose COMMIT answer was lost was
