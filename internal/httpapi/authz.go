@@ -171,8 +171,13 @@ func settle(in alarm.CreateInput, live map[string]alarm.Clock) (res alarm.Create
 	if !ok || c.Status.Finished() {
 		return res, false
 	}
-	n, err := in.Validate(time.Now(), alarm.Limits{})
+	n, late, err := in.Resolve(time.Now(), alarm.Limits{})
 	if err != nil {
+		return res, false
+	}
+	if late != nil && !n.Same(c) {
+		// invalid as a new clock now, and not a retry of c's create: the
+		// quota's refusal stands, as for any create it refuses
 		return res, false
 	}
 	return alarm.AnswerExisting(n, c), true
