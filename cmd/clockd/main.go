@@ -195,11 +195,21 @@ func noHelpError(err error) error {
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
 	if c.Format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// durationString writes a time.Duration as "1.5s" (README: durations are
+// strings), not as JSON's integer nanoseconds: a log line that passes one
+// without .String() still reads right (found by review: "for":11000000000).
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // tuneGC trades a little memory for CPU unless the operator set GOGC or

@@ -299,7 +299,7 @@ func (l *schemaLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
 		}
 		if got.Int64 == 1 {
 			if waited := time.Since(start); waited > schemaLockStep {
-				l.log.Info("schema lock taken", "lock", name, "waited", waited.Round(time.Millisecond))
+				l.log.Info("schema lock taken", "lock", name, "waited", waited.Round(time.Millisecond).String())
 			}
 			return nil
 		}
@@ -318,7 +318,7 @@ func (l *schemaLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
 		}
 		if now := time.Now(); !now.Before(nextLog) {
 			l.log.Info("waiting for the schema lock (another instance is migrating)",
-				"lock", name, "holder", lockHolder(ctx, conn, name), "waited", now.Sub(start).Round(time.Second))
+				"lock", name, "holder", lockHolder(ctx, conn, name), "waited", now.Sub(start).Round(time.Second).String())
 			nextLog = now.Add(10 * time.Second)
 		}
 	}

@@ -136,7 +136,7 @@ func (m *Manager) brokerState() brokerState {
 	if !m.gaveUp && (first || now.Sub(m.downSince) >= m.cfg.LeaseTTL) {
 		m.gaveUp = true
 		m.log.Warn("cannot publish to RabbitMQ: this instance gives its shards up to the instances that can",
-			"for", now.Sub(m.downSince).Round(time.Second), "err", err)
+			"for", now.Sub(m.downSince).Round(time.Second).String(), "err", err)
 	}
 	if m.gaveUp {
 		return noBroker
