@@ -565,8 +565,14 @@ func (c Config) Validate() error {
 	if msg := checkAMQPURLs(c.AMQP.URL); msg != "" {
 		bad("amqp.url", "%s", msg)
 	}
-	if c.AMQP.Exchange == "" || len(c.AMQP.Exchange) > 255 {
-		bad("amqp.exchange", "must be 1 to 255 characters")
+	// clockd declares the exchange and, beside it, <exchange>.hints and
+	// <exchange>.tokens: each must be a name the broker takes (an AMQP
+	// short string; amq. is RabbitMQ's own prefix, refused or predeclared)
+	switch {
+	case c.AMQP.Exchange == "" || len(c.AMQP.Exchange+".tokens") > 255:
+		bad("amqp.exchange", "must be 1 to 248 bytes (with .tokens beside it, at most 255), got %d", len(c.AMQP.Exchange))
+	case strings.HasPrefix(c.AMQP.Exchange, "amq."):
+		bad("amqp.exchange", "must not begin with amq. (RabbitMQ's own exchanges), got %q", c.AMQP.Exchange)
 	}
 	// a YAML value in quotes keeps its blanks; names never have them
 	for _, f := range []struct{ key, v string }{{"amqp.exchange", c.AMQP.Exchange},
