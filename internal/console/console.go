@@ -453,6 +453,9 @@ func (c *Console) parseTemplates() error {
 		"pathEsc":  url.PathEscape,
 		"queryEsc": url.QueryEscape,
 		"pair":     func(a, b any) struct{ A, B any } { return struct{ A, B any }{a, b} },
+		// the exchange clockd publishes to, for a clockctl bind hint
+		// (found by review: without -exchange it bound to clock.ring)
+		"exchange": func() string { return c.o.Exchange },
 		"unroutable": func(s string) bool {
 			return strings.Contains(strings.ToLower(s), "unroutable")
 		},
