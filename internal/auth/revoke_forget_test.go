@@ -49,3 +49,30 @@ func TestRequestAfterForgetDoesNotJoinALookupBeganBefore(t *testing.T) {
 		t.Fatalf("request to B begun after the revocation of token %d was answered (and after B's Forget): err %v, want unauthenticated", tok.ID, err)
 	}
 }
+
+// A revocation this instance was not told of (it missed the word: its
+// queue was unbound from the tokens exchange) stops the token at its next
+// use once ForgetAll ran, not when the cache entry expires.
+func TestForgetAllAsksAgainForEveryToken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, clk := newFake(), &clock{t: time.Unix(1e9, 0)}
+	a := auth.New(st, auth.Config{Mode: auth.ModeTokens, CacheTTL: time.Minute, Now: clk.now})
+	tok, secret, err := a.CreateToken(ctx, auth.NewToken{Application: "order", Scopes: []auth.Scope{auth.ScopeRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Authenticate(ctx, "Bearer "+secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RevokeToken(ctx, tok.ID, clk.now()); err != nil { // elsewhere, untold
+		t.Fatal(err)
+	}
+	if _, err := a.Authenticate(ctx, "Bearer "+secret); err != nil {
+		t.Fatalf("cached, before ForgetAll: %v, want it still accepted (the cache is trusted)", err)
+	}
+	a.ForgetAll()
+	if _, err := a.Authenticate(ctx, "Bearer "+secret); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Errorf("after ForgetAll: %v, want unauthenticated", err)
+	}
+}

@@ -333,6 +333,16 @@ func (a *Authenticator) Forget(id int64) {
 	a.mu.Unlock()
 }
 
+// ForgetAll empties the cache, so that every token's next use asks the
+// store: revocations through other instances may have been missed (clockd:
+// this instance was not bound to the exchange that tells them).
+func (a *Authenticator) ForgetAll() {
+	a.mu.Lock()
+	a.revokes++
+	clear(a.cache)
+	a.mu.Unlock()
+}
+
 // group runs one call per key at a time; concurrent callers of the same key
 // share its result (golang.org/x/sync/singleflight, in a few lines).
 type group struct {
