@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +29,14 @@ import (
 // failed send), OnUndelivered asks the owner by another way (clockd: a
 // stamp on the shard's row, read at the owner's next lease round). Every
 // hint dropped here is counted (clockd_hints_dropped_total) and logged, at
-// most once a minute per reason.
+// most once a minute per reason. A hint counts as sent once the broker
+// confirmed it; one the broker did not take (its exchange deleted, routed
+// to no queue, the connection lost first) is dropped and asked for.
+//
+// An operator may delete the exchanges on the broker: every queue loses its
+// binding, silently. Each instance therefore checks, every checkEvery, that
+// a probe it publishes on each exchange comes back to its own queue, and
+// declares and binds again when it does not (see hintSession).
 type Hints struct {
 	urls           []string // the nodes, tried in turn
 	exchange, self string
@@ -38,7 +46,9 @@ type Hints struct {
 	retry          backoff.Policy
 	maxPending     int
 	dropped        *prometheus.CounterVec
+	rebinds        *prometheus.CounterVec
 	dropLog        *lograte.Limiter
+	checkEvery     time.Duration // how often a session checks its bindings (bindCheckEvery)
 
 	mu      sync.Mutex
 	pending []alarm.Due
@@ -78,10 +88,12 @@ type HintConfig struct {
 	OnUndelivered func(ctx context.Context, shards []int) error
 	// OnConnected, when set, is called each time this instance's hint
 	// queue is bound and consumed again after a connection was lost (and
-	// at the first connection): hints the others sent while it had no
-	// queue went nowhere, without an error for their senders, so the
-	// caller reads again what they would have told (clockd: every shard
-	// owned here is rescanned).
+	// at the first connection), and each time its binding to the hints or
+	// tokens exchange was found gone and made again: hints and revocations
+	// the others sent while it was not bound went nowhere, without an
+	// error for their senders, so the caller reads again what they would
+	// have told (clockd: every shard owned here is rescanned, and cached
+	// tokens are forgotten).
 	OnConnected func()
 	// OnRevoked, when set, is called for each token another instance
 	// revoked (Revoke), so that this one stops accepting it at once.
@@ -107,6 +119,11 @@ const maxPendingRevokes = 10000
 // revokeWaitMax bounds how long Revoke waits for the acknowledgements.
 const revokeWaitMax = time.Second
 
+// bindCheckEvery is how often each instance probes its bindings to the
+// hints and tokens exchanges: an instance whose binding an operator
+// removed (by deleting the exchange) binds again within two of it.
+const bindCheckEvery = time.Second
+
 const hintSize = 20 // id (8) + shard (4) + due ms (8)
 
 // maxPendingHints bounds the memory of hints waiting for a connection.
@@ -116,7 +133,7 @@ const maxPendingHints = 100000
 // clockd_hints_dropped_total.
 const (
 	dropQueueFull = "queue_full" // more than maxPendingHints waited for a connection
-	dropNotSent   = "not_sent"   // the connection failed while they were published
+	dropNotSent   = "not_sent"   // not confirmed by the broker: the connection or channel failed first (an exchange deleted), or no queue took them
 	dropShutdown  = "shutdown"   // still waiting when the instance stopped
 	dropMalformed = "malformed"  // received: a message whose length is not whole hints
 )
@@ -135,28 +152,61 @@ func NewHints(cfg HintConfig) *Hints {
 		onRevoked:  cfg.OnRevoked,
 		retry:      backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		maxPending: maxPendingHints,
+		checkEvery: bindCheckEvery,
 		dropLog:    lograte.New(dropLogEvery, time.Now),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clockd_hints_dropped_total",
 			Help: "Hints (a clock due soon, for the owner of its shard) dropped, by reason: queue_full, not_sent, shutdown, malformed. A dropped hint costs punctuality only: its shard's owner is asked to rescan the shard (OnUndelivered), or finds the clock at its next full rescan.",
 		}, []string{"reason"}),
+		rebinds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clockd_hints_rebinds_total",
+			Help: "Times this instance found the hints or tokens exchange (label exchange: hints, tokens) gone, or its queue no longer bound to it (the exchange was deleted on the broker), and declared and bound it again. What the others sent on it meanwhile went nowhere: the instance rescanned the shards it owns and forgot its cached tokens.",
+		}, []string{"exchange"}),
 	}
+	h.dropped = h.register(cfg.Registerer, h.dropped)
+	h.rebinds = h.register(cfg.Registerer, h.rebinds)
 	for _, r := range []string{dropQueueFull, dropNotSent, dropShutdown, dropMalformed} {
 		h.dropped.WithLabelValues(r) // exported at 0 from the start
 	}
-	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(h.dropped); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				if c, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-					h.dropped = c
-				}
-			} else {
-				h.log.Error("hints: register metrics", "err", err)
-			}
-		}
+	for _, x := range []string{"hints", "tokens"} {
+		h.rebinds.WithLabelValues(x)
 	}
 	return h
+}
+
+// register registers c (reg nil: nothing) and returns it, or the
+// collector of that name already registered (a second bus shares it).
+func (h *Hints) register(reg prometheus.Registerer, c *prometheus.CounterVec) *prometheus.CounterVec {
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if ec, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				return ec
+			}
+		}
+		h.log.Error("hints: register metrics", "err", err)
+	}
+	return c
+}
+
+// rebound counts and logs (once a minute per exchange at most) that
+// exchange x was found gone or unbound from this instance's queue and is
+// declared and bound again.
+func (h *Hints) rebound(x, cause string) {
+	label := "hints"
+	if x == h.tokens {
+		label = "tokens"
+	}
+	h.rebinds.WithLabelValues(label).Inc()
+	ok, heldBack := h.dropLog.Allow("rebind "+x, 1)
+	if !ok {
+		return
+	}
+	h.log.Warn("hints: exchange deleted on the broker, or this instance's queue unbound from it: declared and bound again (what the others sent on it meanwhile is lost: the shards owned here are rescanned, cached tokens forgotten)",
+		"exchange", x, "cause", cause, "rebinds_not_logged", heldBack)
 }
 
 // drop counts n dropped hints and logs them, rate-limited per reason.
@@ -280,23 +330,6 @@ func (h *Hints) tokenMessage(m amqp.Delivery) {
 	}
 }
 
-// publishIDs publishes token ids of one type on the token exchange (none:
-// nothing).
-func (h *Hints) publishIDs(ctx context.Context, ch *amqp.Channel, typ string, ids []int64) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	body := make([]byte, 0, 8*len(ids))
-	for _, id := range ids {
-		body = binary.BigEndian.AppendUint64(body, uint64(id))
-	}
-	if err := ch.PublishWithContext(ctx, h.tokens, "", false, false,
-		amqp.Publishing{AppId: h.self, Type: typ, ContentType: "application/octet-stream", Body: body}); err != nil {
-		return fmt.Errorf("publish token ids: %w", err)
-	}
-	return nil
-}
-
 // putBack returns what a session took to publish and could not, ahead of
 // what came since: it goes at the next connection (the others' token
 // caches expire meanwhile, auth.cache_ttl).
@@ -379,7 +412,13 @@ func (h *Hints) Run(ctx context.Context) error {
 		if time.Since(start) > 10*time.Second {
 			attempt = 0
 		}
-		h.log.Debug("hint connection lost", "node", nodeName(h.urls[next]), "err", err)
+		if x, ok := h.missingExchange(err); ok {
+			// the next session declares it again, binds and calls
+			// OnConnected
+			h.rebound(x, err.Error())
+		} else {
+			h.log.Debug("hint connection lost", "node", nodeName(h.urls[next]), "err", err)
+		}
 		next = (next + 1) % len(h.urls)
 		attempt++
 		if attempt%len(h.urls) != 0 {
@@ -394,127 +433,53 @@ func (h *Hints) Run(ctx context.Context) error {
 	return nil
 }
 
-func (h *Hints) session(ctx context.Context, url string) error {
-	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Properties: amqp.Table{"connection_name": "clockd-hints " + h.self}})
-	if err != nil {
-		return fmt.Errorf("dial: %w", err)
-	}
-	// bounded like the publisher's: a slow or stalled broker link must not
-	// hold up the shutdown (amqp091's Close waits without a deadline)
-	defer func() { _ = conn.CloseDeadline(time.Now().Add(closeTimeout)) }()
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("channel: %w", err)
-	}
-	// auto-delete: gone when the last instance's queue is
-	// (tests and renamed exchanges leave nothing behind)
-	for _, x := range []string{h.exchange, h.tokens} {
-		if err := ch.ExchangeDeclare(x, "fanout", false, true, false, false, nil); err != nil {
-			return fmt.Errorf("declare %s: %w", x, err)
-		}
-	}
-	q, err := ch.QueueDeclare("", false, true, true, false, amqp.Table{"x-message-ttl": int32(30000)})
-	if err != nil {
-		return fmt.Errorf("declare hint queue: %w", err)
+// missingExchange reports whether err ended a session because the broker
+// found no exchange of ours (deleted on the broker: a publish on it closes
+// the channel), and which.
+func (h *Hints) missingExchange(err error) (string, bool) {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.NotFound {
+		return "", false
 	}
 	for _, x := range []string{h.exchange, h.tokens} {
-		if err := ch.QueueBind(q.Name, "", x, false, nil); err != nil {
-			return fmt.Errorf("bind hint queue to %s: %w", x, err)
+		if strings.Contains(ae.Reason, "'"+x+"'") {
+			return x, true
 		}
 	}
-	msgs, err := ch.Consume(q.Name, "", true, true, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("consume hints: %w", err)
-	}
-	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
-	h.connected.Store(true)
-	if h.onConnected != nil {
-		h.onConnected()
-	}
-	// what waits (queued without a connection, or put back by a session
-	// whose publish failed) goes now, not at the next Send or Revoke
-	h.mu.Lock()
-	waiting := len(h.pending) + len(h.revokes) + len(h.forgotten)
-	h.mu.Unlock()
-	if waiting > 0 {
-		h.wake()
-	}
-	defer func() {
-		// the hints still waiting go at the next connection, if any: ask
-		// for their rescans now
-		h.connected.Store(false)
-		h.mu.Lock()
-		waiting := slices.Clone(h.pending)
-		h.mu.Unlock()
-		h.ask(waiting)
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e := <-closed:
-			return fmt.Errorf("connection closed: %v", e)
-		case m, ok := <-msgs:
-			if !ok {
-				return fmt.Errorf("hint consumer closed")
-			}
-			switch {
-			case m.Exchange == h.tokens:
-				if m.AppId != h.self {
-					h.tokenMessage(m)
-				}
-			case m.AppId != h.self:
-				h.deliver(m.Body)
-			}
-		case <-h.signal:
-			h.mu.Lock()
-			ds, revokes, forgotten := h.pending, h.revokes, h.forgotten
-			h.pending, h.revokes, h.forgotten = nil, nil, nil
-			h.mu.Unlock()
-			// acknowledgements first: once sent, they are not sent again
-			if err := h.publishIDs(ctx, ch, tokenForgottenType, forgotten); err != nil {
-				h.putBack(ds, revokes, forgotten)
-				return err
-			}
-			if err := h.publishIDs(ctx, ch, tokenRevokedType, revokes); err != nil {
-				h.putBack(ds, revokes, nil)
-				return err
-			}
-			for len(ds) > 0 {
-				n := min(len(ds), 2000)
-				body := make([]byte, 0, n*hintSize)
-				for _, d := range ds[:n] {
-					body = binary.BigEndian.AppendUint64(body, uint64(d.ID))
-					body = binary.BigEndian.AppendUint32(body, uint32(d.Shard))
-					body = binary.BigEndian.AppendUint64(body, uint64(d.At.UnixMilli()))
-				}
-				if err := ch.PublishWithContext(ctx, h.exchange, "", false, false,
-					amqp.Publishing{AppId: h.self, ContentType: "application/octet-stream", Body: body}); err != nil {
-					reason := dropNotSent
-					if ctx.Err() != nil {
-						reason = dropShutdown
-					}
-					h.drop(reason, len(ds), err)
-					h.ask(ds)
-					return fmt.Errorf("publish hints: %w", err)
-				}
-				ds = ds[n:]
-			}
-		}
-	}
+	return "", false
 }
 
 func (h *Hints) deliver(body []byte) {
 	if rest := len(body) % hintSize; rest != 0 {
 		h.drop(dropMalformed, 1, fmt.Errorf("hint message of %d bytes: %d bytes left over", len(body), rest))
 	}
+	for _, d := range decodeHints(body) {
+		h.onHint(d)
+	}
+}
+
+// encodeHints is the body of a hint message.
+func encodeHints(ds []alarm.Due) []byte {
+	body := make([]byte, 0, len(ds)*hintSize)
+	for _, d := range ds {
+		body = binary.BigEndian.AppendUint64(body, uint64(d.ID))
+		body = binary.BigEndian.AppendUint32(body, uint32(d.Shard))
+		body = binary.BigEndian.AppendUint64(body, uint64(d.At.UnixMilli()))
+	}
+	return body
+}
+
+// decodeHints reads the whole hints of a hint message (a partial one at
+// its end is left out).
+func decodeHints(body []byte) []alarm.Due {
+	ds := make([]alarm.Due, 0, len(body)/hintSize)
 	for len(body) >= hintSize {
-		d := alarm.Due{
+		ds = append(ds, alarm.Due{
 			ID:    int64(binary.BigEndian.Uint64(body)),
 			Shard: int(binary.BigEndian.Uint32(body[8:])),
 			At:    time.UnixMilli(int64(binary.BigEndian.Uint64(body[12:]))).UTC(),
-		}
+		})
 		body = body[hintSize:]
-		h.onHint(d)
 	}
+	return ds
 }
