@@ -128,8 +128,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		URL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, InstanceID: cfg.Cluster.InstanceID, Logger: log,
 		OnHint: func(d alarm.Due) { feeder.Offer(d) }, Registerer: reg,
 		OnUndelivered: store.AskRescan,
-		OnConnected:   func() { feeder.RecheckAll() },
-		OnRevoked:     func(id int64) { authn.Forget(id) },
+		// (again) bound: what the others sent meanwhile went nowhere
+		OnConnected: func() { feeder.RecheckAll(); authn.ForgetAll() },
+		OnRevoked:   func(id int64) { authn.Forget(id) },
 	})
 	feeder = preload.New(preload.Config{
 		InstanceID: cfg.Cluster.InstanceID, HTTPAddr: ln.Addr().String(), Shards: shards,
