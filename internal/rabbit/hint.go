@@ -49,6 +49,10 @@ type Hints struct {
 	rebinds        *prometheus.CounterVec
 	dropLog        *lograte.Limiter
 	checkEvery     time.Duration // how often a session checks its bindings (bindCheckEvery)
+	// bound counts the sessions whose queue was bound; failWarned: the
+	// connection's failure was logged as a WARN, and its end will be too
+	bound      atomic.Uint64
+	failWarned atomic.Bool
 
 	mu      sync.Mutex
 	pending []alarm.Due
@@ -118,6 +122,10 @@ const maxPendingRevokes = 10000
 
 // revokeWaitMax bounds how long Revoke waits for the acknowledgements.
 const revokeWaitMax = time.Second
+
+// hintFailWarnAfter is how long the hint connection fails before it is
+// logged as a WARN.
+const hintFailWarnAfter = 2 * time.Second
 
 // bindCheckEvery is how often each instance probes its bindings to the
 // hints and tokens exchanges: an instance whose binding an operator
@@ -403,6 +411,8 @@ func (h *Hints) Run(ctx context.Context) error {
 	// Like the publisher: the next node at once after a loss, a backoff
 	// only after a whole round through the list failed.
 	attempt, next := 0, 0
+	var failingSince, warnedAt time.Time
+	var seen uint64 // h.bound as of the last failure
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := h.session(ctx, h.urls[next])
@@ -418,6 +428,20 @@ func (h *Hints) Run(ctx context.Context) error {
 			h.rebound(x, err.Error())
 		} else {
 			h.log.Debug("hint connection lost", "node", nodeName(h.urls[next]), "err", err)
+			// A loss the broker's restart explains is the publisher's to
+			// log; one that lasts (a broker user without rights on
+			// <exchange>.tokens, found by review) is said here, at most
+			// once a minute, and its end when the queue is bound again.
+			now := time.Now()
+			if b := h.bound.Load(); b != seen || failingSince.IsZero() {
+				seen, failingSince = b, now // it had worked since
+			}
+			if now.Sub(failingSince) >= hintFailWarnAfter && now.Sub(warnedAt) >= time.Minute {
+				warnedAt = now
+				h.failWarned.Store(true)
+				h.log.Warn("hint connection fails: clocks created through other instances for shards owned here, and token revocations, reach this instance late (at the next lease round, or auth.cache_ttl)",
+					"for", now.Sub(failingSince).Round(time.Second).String(), "node", nodeName(h.urls[next]), "err", err)
+			}
 		}
 		next = (next + 1) % len(h.urls)
 		attempt++

@@ -92,6 +92,10 @@ func (h *Hints) session(ctx context.Context, url string) (err error) {
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	h.connected.Store(true)
+	h.bound.Add(1)
+	if h.failWarned.Swap(false) {
+		h.log.Info("hint connection works again")
+	}
 	if h.onConnected != nil {
 		h.onConnected()
 	}
