@@ -17,8 +17,11 @@ import (
 
 // bindCheck is how often an instance checks its bindings to the hints and
 // tokens exchanges (internal/rabbit bindCheckEvery): one whose binding is
-// gone binds again within two of it.
-const bindCheck = time.Second
+// gone binds again within probeLost + 1 of it.
+const (
+	bindCheck = time.Second
+	probeLost = 5 // checks a probe may take to come back
+)
 
 // deleteExchange deletes exchange on the broker, as an operator would.
 func deleteExchange(t *testing.T, url, exchange string) {
@@ -41,7 +44,7 @@ func deleteExchange(t *testing.T, url, exchange string) {
 // non-owner rang only at its owner's next full rescan (up to 28 s late),
 // with no log line and no metric. Now the sender misses the broker's
 // confirm and asks for a rescan; each instance finds its binding gone
-// within two checks of its bindings, binds again, rescans the shards it
+// within probeLost + 1 checks of its bindings, binds again, rescans the shards it
 // owns and says so once.
 func TestHintsExchangeDeletedByOperator(t *testing.T) {
 	e := newEnv(t)
@@ -79,7 +82,7 @@ func TestHintsExchangeDeletedByOperator(t *testing.T) {
 	probe := map[int64]clusterClock{}
 	p := create("probe")
 	probe[p.ID] = p
-	time.Sleep(2 * bindCheck) // every instance has found its binding gone
+	time.Sleep((probeLost + 1) * bindCheck) // every instance has found its binding gone
 
 	const n = 10
 	clocks := map[int64]clusterClock{}
@@ -106,7 +109,7 @@ func TestHintsExchangeDeletedByOperator(t *testing.T) {
 	}
 	// a hint arrives within milliseconds; the fallback (a rescan asked
 	// through the shard's row) within a lease round; an unbound owner
-	// binds again and rescans within two checks, before the clock is due
+	// binds again and rescans within probeLost + 1 checks, before the clock is due
 	limit := leaseRound + 500*time.Millisecond
 	if pr.max() > limit {
 		t.Errorf("the clock whose hint was published into the deleted exchange rang %v late, want at most %v",
@@ -130,7 +133,7 @@ func TestHintsExchangeDeletedByOperator(t *testing.T) {
 // it was deleted no other instance heard of a revocation again: each
 // revocation waited its whole second for acknowledgements that never
 // came, and the others accepted the token until their cache entries
-// expired (auth.cache_ttl). Now each instance binds again within two
+// expired (auth.cache_ttl). Now each instance binds again within probeLost + 1
 // checks and forgets its cached tokens (it may have missed revocations):
 // the revocation made right after the deletion stops the token there
 // then, and the next ones stop it at once again.
@@ -188,7 +191,7 @@ func TestTokensExchangeDeletedByOperator(t *testing.T) {
 	viaB, took := revoke("right-after")
 	t.Logf("the revocation right after the deletion answered in %v", took.Round(time.Millisecond))
 	for !refused(viaB) {
-		if time.Since(deleted) > 2*bindCheck+2*time.Second {
+		if time.Since(deleted) > (probeLost+1)*bindCheck+2*time.Second {
 			t.Fatalf("the token revoked through A right after the tokens exchange was deleted still works through B %v after the deletion (its cache keeps it for 60 s): B did not notice that it no longer hears of revocations",
 				time.Since(deleted).Round(time.Millisecond))
 		}
@@ -196,7 +199,7 @@ func TestTokensExchangeDeletedByOperator(t *testing.T) {
 	}
 	t.Logf("refused through B %v after the deletion", time.Since(deleted).Round(time.Millisecond))
 
-	time.Sleep(2 * bindCheck) // both bound again by now
+	time.Sleep((probeLost + 1) * bindCheck) // both bound again by now
 	for i := range 3 {
 		viaB, took := revoke(fmt.Sprintf("later-%d", i))
 		if took > 500*time.Millisecond {

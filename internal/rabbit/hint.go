@@ -129,7 +129,8 @@ const hintFailWarnAfter = 2 * time.Second
 
 // bindCheckEvery is how often each instance probes its bindings to the
 // hints and tokens exchanges: an instance whose binding an operator
-// removed (by deleting the exchange) binds again within two of it.
+// removed (by deleting the exchange) binds again within probeLost + 1 of
+// it.
 const bindCheckEvery = time.Second
 
 const hintSize = 20 // id (8) + shard (4) + due ms (8)

@@ -51,7 +51,7 @@ type hintSession struct {
 	queue   string
 	sent    []unconfirmed        // in the order of their delivery tags
 	blocked bool                 // something waits for room among sent
-	probes  map[string]string    // exchange -> id of the probe sent on it and not back yet
+	probes  map[string]probe     // exchange -> the probe sent on it and not back yet
 	seq     uint64               // the last probe id
 	healed  map[string]time.Time // exchange -> when it was bound again here
 }
@@ -80,9 +80,9 @@ func (h *Hints) session(ctx context.Context, url string) (err error) {
 	if err != nil {
 		return fmt.Errorf("declare hint queue: %w", err)
 	}
-	s := &hintSession{h: h, ch: ch, queue: q.Name, probes: map[string]string{}, healed: map[string]time.Time{}}
+	s := &hintSession{h: h, ch: ch, queue: q.Name, probes: map[string]probe{}, healed: map[string]time.Time{}}
 	for _, x := range []string{h.exchange, h.tokens} {
-		if err := s.bind(x); err != nil {
+		if err := rpc(ctx, func() error { return s.bind(x) }); err != nil {
 			return err
 		}
 	}
@@ -166,7 +166,7 @@ func (h *Hints) session(ctx context.Context, url string) (err error) {
 			if !ok {
 				return chanErr("hint returns closed")
 			}
-			if err := s.returned(r); err != nil {
+			if err := s.returned(ctx, r); err != nil {
 				return err
 			}
 		case <-tick.C:
@@ -215,7 +215,7 @@ func (s *hintSession) receive(m amqp.Delivery) {
 	case m.AppId == h.self:
 		// fanout brings this instance's own messages back: its probes
 		// tell that its queue is still bound
-		if m.Type == probeType && s.probes[m.Exchange] == m.MessageId {
+		if p, ok := s.probes[m.Exchange]; ok && m.Type == probeType && p.id == m.MessageId {
 			delete(s.probes, m.Exchange)
 		}
 	case m.Type == probeType:
@@ -340,22 +340,29 @@ func (s *hintSession) lost(u unconfirmed, err error) {
 // returned takes a message the broker routed to no queue: not even this
 // instance's own is bound to that exchange any more. Its hints are asked
 // for (no one else heard them either), and the queue bound again.
-func (s *hintSession) returned(r amqp.Return) error {
+func (s *hintSession) returned(ctx context.Context, r amqp.Return) error {
 	h := s.h
 	if r.Exchange == h.exchange && r.Type == "" {
 		ds := decodeHints(r.Body)
 		h.drop(dropNotSent, len(ds), errUnroutable)
 		h.ask(ds)
 	}
-	return s.heal(r.Exchange, "a message published on it was routed to no queue")
+	return s.heal(ctx, r.Exchange, "a message published on it was routed to no queue")
 }
 
-// check runs every checkEvery: an exchange whose probe of the round
-// before did not come back is bound again; a new probe goes on each.
+// check runs every checkEvery: an exchange whose probe has not come back
+// within probeLost checks is bound again; one with no probe out gets a new
+// one. A probe that is only late (a slow broker, flow control) is waited
+// for: taken for lost after one check, it made a slow broker look like a
+// deleted exchange, with a rescan of every shard each second (found by
+// review).
 func (s *hintSession) check(ctx context.Context) error {
 	for _, x := range []string{s.h.exchange, s.h.tokens} {
-		if _, lost := s.probes[x]; lost {
-			if err := s.heal(x, "this instance's probe did not come back: its queue was no longer bound"); err != nil {
+		if p, out := s.probes[x]; out {
+			if time.Since(p.sent) < probeLost*s.h.checkEvery {
+				continue
+			}
+			if err := s.heal(ctx, x, "this instance's probe did not come back: its queue was no longer bound"); err != nil {
 				return err
 			}
 		}
@@ -370,15 +377,40 @@ func (s *hintSession) check(ctx context.Context) error {
 		if err := s.publish(ctx, x, probeType, id, nil, unconfirmed{}); err != nil {
 			return fmt.Errorf("publish probe on %s: %w", x, err)
 		}
-		s.probes[x] = id
+		s.probes[x] = probe{id: id, sent: time.Now()}
 	}
 	return nil
+}
+
+// probe is a probe sent and not back yet.
+type probe struct {
+	id   string
+	sent time.Time
+}
+
+// probeLost is how many checks a probe may take to come back before its
+// exchange is taken to have lost this instance's binding.
+const probeLost = 5
+
+// rpc runs fn, a channel method that waits for the broker's answer with
+// no deadline of its own, and gives up when ctx is done: the session then
+// ends, and its deferred CloseDeadline ends fn (found by review: a heal on
+// a stalled broker link held the shutdown for amqp091's heartbeat, 30 s).
+func rpc(ctx context.Context, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // heal declares exchange x and binds the queue to it again, and has what
 // was sent on it meanwhile read again (OnConnected). Several signs of one
 // loss (returns of messages published together) heal once.
-func (s *hintSession) heal(x, cause string) error {
+func (s *hintSession) heal(ctx context.Context, x, cause string) error {
 	h := s.h
 	if x != h.exchange && x != h.tokens {
 		return nil
@@ -386,7 +418,7 @@ func (s *hintSession) heal(x, cause string) error {
 	if t, ok := s.healed[x]; ok && time.Since(t) < h.checkEvery/2 {
 		return nil
 	}
-	if err := s.bind(x); err != nil {
+	if err := rpc(ctx, func() error { return s.bind(x) }); err != nil {
 		return err
 	}
 	s.healed[x] = time.Now()
