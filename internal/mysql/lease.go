@@ -136,11 +136,22 @@ func (s *Store) AskRescan(ctx context.Context, shards []int) error {
 // AcquireLeases takes up to n free or expired shards for the owner, each
 // with a new epoch, and returns all leases the owner now holds.
 func (s *Store) AcquireLeases(ctx context.Context, owner string, n int, ttl time.Duration) ([]alarm.Lease, error) {
+	return s.acquire(ctx, owner, n, ttl, "owner IS NULL OR lease_until <= "+dbNowMS)
+}
+
+// AcquireFreeLeases is AcquireLeases of shards no one holds (released),
+// not of expired leases.
+func (s *Store) AcquireFreeLeases(ctx context.Context, owner string, n int, ttl time.Duration) ([]alarm.Lease, error) {
+	return s.acquire(ctx, owner, n, ttl, "owner IS NULL")
+}
+
+// acquire takes up to n shards whose rows match takable for owner.
+func (s *Store) acquire(ctx context.Context, owner string, n int, ttl time.Duration, takable string) ([]alarm.Lease, error) {
 	if n > 0 {
 		// Find candidates without locking, then take them by primary key,
 		// checking again that they are free: only those rows get locked.
 		var free []int
-		if err := s.db.SelectContext(ctx, &free, "SELECT shard FROM clock_shard WHERE owner IS NULL OR lease_until <= "+dbNowMS+
+		if err := s.db.SelectContext(ctx, &free, "SELECT shard FROM clock_shard WHERE "+takable+
 			" ORDER BY shard LIMIT ?", n); err != nil {
 			return nil, fmt.Errorf("acquire leases: %w", mapErr(err))
 		}
@@ -150,7 +161,7 @@ func (s *Store) AcquireLeases(ctx context.Context, owner string, n int, ttl time
 				args = append(args, sh)
 			}
 			if err := s.execRetry(ctx, `UPDATE clock_shard SET owner = ?, epoch = epoch + 1, lease_until = `+leaseUntil+`, update_time = `+dbNowMS+`
-				WHERE shard IN (`+placeholders(len(free))+`) AND (owner IS NULL OR lease_until <= `+dbNowMS+`)`, args...); err != nil {
+				WHERE shard IN (`+placeholders(len(free))+`) AND (`+takable+`)`, args...); err != nil {
 				return nil, fmt.Errorf("acquire leases: %w", mapErr(err))
 			}
 		}

@@ -182,9 +182,9 @@ func (m *Manager) round(ctx context.Context) error {
 	// while they lived. Taking their shards now would recover the clocks
 	// they hold confirmed and not yet marked rung, and ring them again
 	// (found by review: 24 duplicates after a 6 s MySQL restart under 3
-	// instances). So for one TTL it renews its own leases only, and takes
-	// no others': a live instance renews within a round, a dead one's
-	// shards are taken a TTL later than otherwise.
+	// instances). So for one TTL it takes no other instance's expired
+	// lease, only shards no one holds: a live instance renews within a
+	// round, a dead one's shards are taken a TTL later than otherwise.
 	m.mu.Lock()
 	if !m.lastOK.IsZero() && start.Sub(m.lastOK) > ttl/2 {
 		m.backAt = start
@@ -231,8 +231,15 @@ func (m *Manager) round(ctx context.Context) error {
 			m.stopLoader(l.Shard)
 		}
 		leases = leases[:len(leases)-extra]
-	} else if extra < 0 && !holdBack {
-		if leases, err = m.store.AcquireLeases(ctx, m.cfg.InstanceID, -extra, ttl); err != nil {
+	} else if extra < 0 {
+		acquire := m.store.AcquireLeases
+		if holdBack {
+			// released shards only (drained by their last owner), not
+			// expired leases (found by review: released shards stayed
+			// unowned for a TTL)
+			acquire = m.store.AcquireFreeLeases
+		}
+		if leases, err = acquire(ctx, m.cfg.InstanceID, -extra, ttl); err != nil {
 			return err
 		}
 		// it returns every lease held here, those being handed over too:

@@ -25,6 +25,7 @@ type Store interface {
 	RingingInstances(ctx context.Context) ([]string, error)
 	RenewLeases(ctx context.Context, owner string, ttl time.Duration) ([]alarm.Lease, error)
 	AcquireLeases(ctx context.Context, owner string, n int, ttl time.Duration) ([]alarm.Lease, error)
+	AcquireFreeLeases(ctx context.Context, owner string, n int, ttl time.Duration) ([]alarm.Lease, error)
 	ReleaseLeases(ctx context.Context, owner string, shards []int) error
 	ReleaseLeasesAt(ctx context.Context, owner string, leases []alarm.Lease) error
 	Leave(ctx context.Context, instanceID string) error
