@@ -298,16 +298,14 @@ func Load(path string, getenv func(string) string) (Config, error) {
 		}
 		c.Cluster.InstanceID = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	// A retried create finds its finished clock only while the clock is
-	// in the clock table: the window is capped at the retentions (a short
-	// retention was refused at start with the default window, found by
-	// review).
-	if c.Janitor.Retention > 0 && c.Janitor.RetentionFailed > 0 {
-		c.Clock.IdempotencyWindow = min(c.Clock.IdempotencyWindow, c.Janitor.Retention, c.Janitor.RetentionFailed)
-	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
+	// A retried create finds its finished clock only while the clock is
+	// in the clock table: the window is capped at the retentions (a short
+	// retention was refused at start with the default window, found by
+	// review), after the window's own range was checked.
+	c.Clock.IdempotencyWindow = min(c.Clock.IdempotencyWindow, c.Janitor.Retention, c.Janitor.RetentionFailed)
 	return c, nil
 }
 
