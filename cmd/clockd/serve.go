@@ -86,9 +86,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Logger:     log, Registerer: reg,
 	})
 	defer store.Close()
-	if err := checkInstanceID(ctx, store, cfg.Cluster.InstanceID, cfg.Cluster.LeaseTTL, log); err != nil {
-		return err
-	}
 	var loop *ring.Loop // the janitor yields to it; the loop is made below
 	jan := janitor.New(janitor.Config{
 		InstanceID: cfg.Cluster.InstanceID, Retention: cfg.Janitor.Retention, RetentionFailed: cfg.Janitor.RetentionFailed,
@@ -110,6 +107,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	srv, err := newServer(cfg, nil, log) // the handler is set below
 	if err != nil {
+		return err
+	}
+	// after the checks of this process's own settings (TLS files above):
+	// a bad one is told first
+	if err := checkInstanceID(ctx, store, cfg.Cluster.InstanceID, cfg.Cluster.LeaseTTL, log); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
