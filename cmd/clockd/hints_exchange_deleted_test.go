@@ -139,17 +139,10 @@ func TestHintsExchangeDeletedByOperator(t *testing.T) {
 // then, and the next ones stop it at once again.
 func TestTokensExchangeDeletedByOperator(t *testing.T) {
 	e := newEnv(t)
-	const admin = "tokens-exchange-admin-token-0123456789"
 	// a long cache: only the word over the broker (or its loss noticed)
 	// stops a revoked token on the other instance within this test
-	vars := e.vars(map[string]string{"CLOCKD_AUTH_MODE": "tokens", "CLOCKD_ADMIN_TOKEN": admin, "CLOCKD_AUTH_CACHE_TTL": "60s"})
-	a := testenv.StartClockd(t, vars)
-	b := testenv.StartClockd(t, vars)
+	a, b, adminA := tokenPair(t, e, "60s")
 	ctx := context.Background()
-	adminA, err := client.New(a.URL, client.WithToken(admin))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// a token used through B (cached there), revoked through A: how long
 	// the revocation took to answer
 	revoke := func(name string) (viaB *client.Client, took time.Duration) {

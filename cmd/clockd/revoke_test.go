@@ -18,16 +18,8 @@ import (
 // that it forgot the token. Before, B accepted it for up to 5 s.
 func TestRevokedTokenStopsAtOnceOnEveryInstance(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	const admin = "revoke-test-admin-token-0123456789"
-	vars := e.vars(map[string]string{"CLOCKD_AUTH_MODE": "tokens", "CLOCKD_ADMIN_TOKEN": admin, "CLOCKD_AUTH_CACHE_TTL": "5s"})
-	a := testenv.StartClockd(t, vars)
-	b := testenv.StartClockd(t, vars)
+	_, b, adminA := tokenPair(t, newEnv(t), "5s")
 	ctx := context.Background()
-	adminA, err := client.New(a.URL, client.WithToken(admin))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// both instances' hint connections are up once a revocation is
 	// acknowledged (answered well within the 1 s wait for a silent one)
 	for start := time.Now(); ; {
@@ -69,4 +61,19 @@ func TestRevokedTokenStopsAtOnceOnEveryInstance(t *testing.T) {
 			t.Fatalf("token %d through B right after its revocation through A: %v, want 401 at once (SPEC)", i, err)
 		}
 	}
+}
+
+// tokenPair starts two instances with tokens on, whose caches keep a
+// token for cacheTTL, and returns them and an admin client of the first.
+func tokenPair(t *testing.T, e env, cacheTTL string) (a, b *testenv.Clockd, adminA *client.Client) {
+	t.Helper()
+	const admin = "token-pair-admin-token-0123456789"
+	vars := e.vars(map[string]string{"CLOCKD_AUTH_MODE": "tokens", "CLOCKD_ADMIN_TOKEN": admin, "CLOCKD_AUTH_CACHE_TTL": cacheTTL})
+	a = testenv.StartClockd(t, vars)
+	b = testenv.StartClockd(t, vars)
+	adminA, err := client.New(a.URL, client.WithToken(admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b, adminA
 }
