@@ -140,8 +140,28 @@ func (a *api) admitSize(r *http.Request, app string, size int) error {
 // finished clock live again, and without the quota an application could
 // hold any number of live clocks by letting them die and replaying them.
 // An operator's replays in the console are not counted.
-func (a *api) admitReplay(r *http.Request, app string) error {
-	return a.admitSize(r, app, 0)
+//
+// A replay the quota refuses that could not make a clock live (no such
+// clock, or one not expired or dead) is let through to be answered 404 or
+// 409 as SPEC says, not 429 (found by review: 429 with Retry-After for a
+// replay that could never succeed). As for creates (overQuota), the clock
+// is looked up only after a refusal: a replay the quota admits (or of an
+// application without one) costs no read.
+func (a *api) admitReplay(r *http.Request, k alarm.Key) error {
+	refusal := a.admitSize(r, k.Application, 0)
+	if !errors.Is(refusal, auth.ErrResourceExhausted) {
+		return refusal // admitted, or the quota could not be read
+	}
+	c, err := a.svc.Get(r.Context(), k)
+	switch {
+	case errors.Is(err, alarm.ErrNotFound):
+		return nil
+	case err != nil:
+		return refusal
+	case c.Archived || (c.Status != alarm.StatusExpired && c.Status != alarm.StatusDead):
+		return nil
+	}
+	return refusal
 }
 
 // overQuota answers a create that its application's quota refused when

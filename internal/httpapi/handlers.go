@@ -378,19 +378,9 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	// The quota bounds replays that put a clock back to pending: a replay
-	// that cannot (no such clock, or one not expired or dead) answers
-	// 404 or 409 as SPEC says, not 429, and spends none of the
-	// application's creates (found by review: 429 with Retry-After for a
-	// replay that could never succeed).
-	if cur, err := a.svc.Get(r.Context(), key(r)); err != nil && !errors.Is(err, alarm.ErrNotFound) {
+	if err := a.admitReplay(r, key(r)); err != nil {
 		a.fail(w, r, err)
 		return
-	} else if err == nil && !cur.Archived && (cur.Status == alarm.StatusExpired || cur.Status == alarm.StatusDead) {
-		if err := a.admitReplay(r, key(r).Application); err != nil {
-			a.fail(w, r, err)
-			return
-		}
 	}
 	c, err := a.svc.Replay(r.Context(), key(r))
 	if err != nil {
