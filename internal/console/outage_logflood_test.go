@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -24,15 +22,7 @@ import (
 // that reloads or a live tail that reconnects sends them too.
 func TestConsoleOutageDoesNotFloodTheLog(t *testing.T) {
 	var logs testenv.SyncBuffer
-	con, err := New(Options{Auth: unavailableAuth{}, Sessions: &unavailableSessions{},
-		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	defer srv.Close()
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	srv, c := outageConsole(t, slog.New(slog.NewJSONHandler(&logs, nil)))
 
 	const n = 200
 	// Pages and the tail's stream with a made-up session cookie.

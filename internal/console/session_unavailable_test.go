@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -60,14 +61,7 @@ func (*unavailableSessions) Session(context.Context, [32]byte) ([32]byte, time.T
 // not answering, instead of sending a logged-in operator to the login page
 // and telling them their token is not valid.
 func TestLoginDuringDatabaseOutageSaysSo(t *testing.T) {
-	con, err := New(Options{Auth: unavailableAuth{}, Sessions: &unavailableSessions{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	defer srv.Close()
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	srv, c := outageConsole(t, nil)
 	csrf := loginCSRF(t, c, srv.URL)
 	token := auth.SecretPrefix + strings.Repeat("a", 43)
 	resp, err := c.PostForm(srv.URL+"/ui/login", url.Values{"csrf": {csrf}, "token": {token}, "next": {"/ui/"}})
@@ -116,4 +110,19 @@ func between(s, from, to string) string {
 		return s[:j]
 	}
 	return s
+}
+
+// outageConsole serves a console whose database does not answer (logging
+// to log; nil: nowhere) and returns a client that keeps cookies and does
+// not follow redirects.
+func outageConsole(t *testing.T, log *slog.Logger) (*httptest.Server, *http.Client) {
+	t.Helper()
+	con, err := New(Options{Auth: unavailableAuth{}, Sessions: &unavailableSessions{}, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	return srv, &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }

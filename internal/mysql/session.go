@@ -96,7 +96,8 @@ func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	return &sessionConn{driverConn: dc, sess: sess}, nil
 }
 
-// sessionQuery reads a session's thread id and its server's name.
+// sessionServer names the server a session runs on; sessionQuery reads a
+// session's thread id and that name.
 const (
 	sessionServer = "CONCAT(@@hostname, ':', @@port, '/', @@server_id)"
 	sessionQuery  = "SELECT CONNECTION_ID(), " + sessionServer

@@ -2,7 +2,6 @@ package preload
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -28,13 +27,7 @@ func TestBrokerLossLogDurationIsAString(t *testing.T) {
 		CanRing: func() error { return brokerErr },
 		Logger:  slog.New(slog.NewJSONHandler(&buf, nil)),
 	})
-	round := func() {
-		t.Helper()
-		if err := m.round(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		m.handovers.Wait()
-	}
+	round := func() { t.Helper(); roundAndWait(t, m) }
 	round()
 	brokerErr = errors.New("rabbitmq: connection refused")
 	round()

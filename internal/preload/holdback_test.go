@@ -10,9 +10,9 @@ import (
 // no lease for one TTL (lease.go, holdBack), so as not to take over the
 // expired leases of instances that were cut off as long and still live. But
 // the hold-back skipped AcquireLeases altogether (found by review), so it
-// also left alone shards that no one holds at all: those another instance released on a
-// graceful stop or handed over in a rebalance (drained first, so nothing of
-// them is in flight anywhere). Such a shard used to be taken at the next
+// also left alone shards that no one holds at all: those another instance
+// released on a graceful stop or handed over in a rebalance (drained first,
+// so nothing of them is in flight anywhere). Such a shard used to be taken at the next
 // round ("the others take them over at once"); it stayed unowned, its
 // clocks unrung, for up to a lease TTL (10 s by default) whenever the
 // taker had a blip of its own just before (a MySQL restart under a cluster

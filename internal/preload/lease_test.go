@@ -449,13 +449,7 @@ func TestBrokerLossGivesShardsUp(t *testing.T) {
 		Now:     func() time.Time { return time.Unix(0, clock.Load()) },
 		CanRing: func() error { return brokerErr },
 	})
-	round := func() {
-		t.Helper()
-		if err := m.round(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		m.handovers.Wait()
-	}
+	round := func() { t.Helper(); roundAndWait(t, m) }
 	heldHere := func() int {
 		store.mu.Lock()
 		defer store.mu.Unlock()
@@ -579,13 +573,7 @@ func (s *failingRelease) ReleaseLeasesAt(ctx context.Context, owner string, leas
 func TestFailedReleaseKeepsShardsRung(t *testing.T) {
 	store := &failingRelease{leaseStore: newLeaseStore(4, "a"), fail: 1}
 	m := leaseManagerOn(t, store, 4, Config{})
-	round := func() {
-		t.Helper()
-		if err := m.round(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		m.handovers.Wait()
-	}
+	round := func() { t.Helper(); roundAndWait(t, m) }
 	round()
 	store.mu.Lock()
 	store.live = []string{"a", "b"}
@@ -604,4 +592,14 @@ func TestFailedReleaseKeepsShardsRung(t *testing.T) {
 			t.Errorf("kept shard %d is not rung here", sh)
 		}
 	}
+}
+
+// roundAndWait runs one lease round of m, failing the test on its error,
+// and waits for the hand-overs it started.
+func roundAndWait(t *testing.T, m *Manager) {
+	t.Helper()
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.handovers.Wait()
 }
