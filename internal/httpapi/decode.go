@@ -607,6 +607,10 @@ func decodePatch(data []byte) (alarm.PatchInput, error) {
 // batchBody is the JSON of a batch create.
 type batchBody struct {
 	Clocks []json.RawMessage
+	// Count is how many items the array holds. Only the first MaxBatch+1
+	// are kept in Clocks: a batch of more is refused whole, and a body of
+	// millions of tiny items must not cost millions of slice entries.
+	Count int
 }
 
 // decodeBatch reads {"clocks":[...]} and splits the array into its items
@@ -627,13 +631,16 @@ func decodeBatch(data []byte) (batchBody, error) {
 		return batchBody{}, badField("clocks", "must be an array of clocks, not %s", jsonKind(raw))
 	}
 	items := []json.RawMessage{}
-	for i := skipSpace(raw, 1); raw[i] != ']'; {
+	n := 0
+	for i := skipSpace(raw, 1); raw[i] != ']'; n++ {
 		end := endOfValue(raw, i)
-		items = append(items, raw[i:end:end])
+		if n <= MaxBatch {
+			items = append(items, raw[i:end:end])
+		}
 		i = skipSpace(raw, end)
 		if raw[i] == ',' {
 			i = skipSpace(raw, i+1)
 		}
 	}
-	return batchBody{Clocks: items}, nil
+	return batchBody{Clocks: items, Count: n}, nil
 }

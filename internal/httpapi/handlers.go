@@ -241,9 +241,9 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, badField("clocks", "is empty; give 1 to %d clocks", MaxBatch))
 		return
 	}
-	if len(b.Clocks) > MaxBatch {
+	if b.Count > MaxBatch {
 		a.fail(w, r, &alarm.FieldError{Field: "clocks", Kind: alarm.ErrTooLarge,
-			Message: "has " + itoa(len(b.Clocks)) + " clocks; at most " + itoa(MaxBatch) + " per batch"})
+			Message: "has " + itoa(b.Count) + " clocks; at most " + itoa(MaxBatch) + " per batch"})
 		return
 	}
 	results := make([]BatchResult, len(b.Clocks))
