@@ -33,6 +33,7 @@ type Proxy struct {
 	trap   *trap         // armed by CutOn
 	late   *lateTrap     // armed by LateOn
 	delay  atomic.Int64  // ns: what the target sends reaches the client this much later
+	down   atomic.Int64  // bytes read from the target, over every connection
 	wg     sync.WaitGroup
 }
 
@@ -223,6 +224,10 @@ func (p *Proxy) killLocked() int {
 	return n
 }
 
+// BytesDown is how many bytes the target has sent, over every connection
+// since the proxy started (what a query cost the server's link).
+func (p *Proxy) BytesDown() int64 { return p.down.Load() }
+
 // Conns is the number of connections being proxied.
 func (p *Proxy) Conns() int {
 	p.mu.Lock()
@@ -344,6 +349,9 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 			return
 		}
 		n, err := src.Read(buf)
+		if n > 0 && src == l.up {
+			p.down.Add(int64(n))
+		}
 		if n > 0 {
 			// A chunk read just before a Stall waits too.
 			if !p.await(l) {
