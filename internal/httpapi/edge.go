@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -287,12 +288,33 @@ func (l *limiter) serveReading(w http.ResponseWriter, r *http.Request, readers c
 	}
 	select {
 	case l.work <- struct{}{}:
-		defer func() { <-l.work }()
-		h(w, r)
+		var once sync.Once
+		release := func() { once.Do(func() { <-l.work }) }
+		defer release()
+		h(&answerWriter{ResponseWriter: w, release: release}, r)
 	default:
 		tooBusy(w, r)
 	}
 }
+
+// answerWriter lets go of its request's work slot when the answer starts
+// to go out: the work is done by then (every handler builds its answer
+// before writing it), and a client that reads its answer slowly (over
+// HTTP/2, one that grants it no flow-control window) then holds its own
+// connection until http.write_timeout, not a slot the other clients need.
+// A stream (the console's tail) holds no slot past its first event.
+type answerWriter struct {
+	http.ResponseWriter
+	release func()
+}
+
+func (a *answerWriter) Write(b []byte) (int, error) {
+	a.release()
+	return a.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (a *answerWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
 func idNote(r *http.Request) string {
 	if st := stateOf(r); st != nil {
