@@ -54,6 +54,7 @@ type entry struct {
 	id       int64
 	key      string
 	sent     time.Time
+	size     int // of the body
 }
 
 // lane is one confirm channel. One goroutine (run) reads its confirms and
@@ -116,7 +117,7 @@ func (l *lane) run() {
 		select {
 		case c, ok := <-l.confirms:
 			if !ok {
-				l.die(l.closeReason())
+				l.closedByBroker()
 				return
 			}
 			l.mu.Lock()
@@ -129,7 +130,7 @@ func (l *lane) run() {
 				case c, ok = <-l.confirms:
 					if !ok {
 						l.mu.Unlock()
-						l.die(l.closeReason())
+						l.closedByBroker()
 						return
 					}
 					drainReturns()
@@ -152,6 +153,23 @@ func (l *lane) run() {
 			return
 		}
 	}
+}
+
+// closedByBroker ends a lane whose channel closed. A channel the broker
+// closed because a message was larger than it takes is replaced on the
+// same connection: only this lane's unconfirmed messages fail, not every
+// ring in flight on the connection. Any other close (the connection's, an
+// exchange deleted) kills the session, which reconnects and declares again.
+func (l *lane) closedByBroker() {
+	reason := l.closeReason()
+	if brokerMaxBody(reason) == 0 || l.s.conn.IsClosed() {
+		l.die(reason)
+		return
+	}
+	l.mu.Lock()
+	l.failLocked(reason)
+	l.mu.Unlock()
+	l.s.replace(l)
 }
 
 func (l *lane) closeReason() error {
@@ -248,15 +266,67 @@ func (l *lane) die(reason error) {
 }
 
 func (l *lane) dieLocked(reason error) {
+	l.failLocked(reason)
+	l.s.kill(reason)
+}
+
+// failLocked fails everything unconfirmed on the lane, for good.
+func (l *lane) failLocked(reason error) {
 	if l.dead == nil {
 		l.dead = fmt.Errorf("%w: %w", ErrUnavailable, reason)
+		// A message larger than the broker takes closed the channel:
+		// from now on such messages fail here, unsent, instead of closing
+		// a channel (and the connection, and every ring in flight on it)
+		// at each retry. The one that did it, and any other as large,
+		// failed an attempt; the rest of the lane is unknown as ever.
+		most := l.p.learnMaxBody(reason)
 		for l.q.len() > 0 {
 			e := l.q.pop()
-			e.b.resolve(e.i, l.dead)
+			err := l.dead
+			if most > 0 && e.size > most {
+				err = tooLarge(e.size, most)
+			}
+			e.b.resolve(e.i, err)
 		}
 		l.q = entryQueue{}
 	}
-	l.s.kill(reason)
+}
+
+// brokerMaxBody is the limit a broker's refusal of a message too large
+// names ("PRECONDITION_FAILED - message size 8000 is larger than configured
+// max size 4096"), or 0 when err is no such refusal.
+func brokerMaxBody(err error) int {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		return 0
+	}
+	_, after, ok := strings.Cut(ae.Reason, "larger than configured max size ")
+	if !ok {
+		return 0
+	}
+	end := strings.IndexFunc(after, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(after)
+	}
+	n, err := strconv.Atoi(after[:end])
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+// learnMaxBody keeps the limit a refusal names and says so, once per
+// limit learned; it returns the limit known (0: none).
+func (p *Publisher) learnMaxBody(reason error) int {
+	if n := brokerMaxBody(reason); n > 0 && p.maxBody.Swap(int64(n)) != int64(n) {
+		p.log.Warn("rabbitmq refuses messages larger than its max_message_size: clocks with larger payloads fail their attempts unsent until it is raised (and the broker restarted) or their payloads are made smaller",
+			"max_message_size", n)
+	}
+	return int(p.maxBody.Load())
+}
+
+func tooLarge(size, most int) error {
+	return fmt.Errorf("%w: a body of %d bytes, the broker takes at most %d", ErrTooLarge, size, most)
 }
 
 // PublishBatch publishes msgs pipelined on one confirm channel (all
@@ -384,7 +454,12 @@ func (l *lane) publish(ctx context.Context, b *batch, msgs []Message) stop {
 			l.mu.Unlock()
 			return stop{i, err}
 		}
-		l.q.push(entry{b: b, i: int32(i), id: m.ID, key: m.Application, sent: time.Now()})
+		if most := int(l.p.maxBody.Load()); most > 0 && len(m.Body) > most {
+			b.errs[i] = tooLarge(len(m.Body), most) // known refused: not sent
+			l.mu.Unlock()
+			continue
+		}
+		l.q.push(entry{b: b, i: int32(i), id: m.ID, key: m.Application, sent: time.Now(), size: len(m.Body)})
 		b.remaining++
 		l.mu.Unlock()
 

@@ -88,7 +88,7 @@ func result(err error) int {
 		return resultOK
 	case errors.Is(err, ErrUnroutable):
 		return resultUnroutable
-	case errors.Is(err, ErrNacked):
+	case errors.Is(err, ErrNacked), errors.Is(err, ErrTooLarge):
 		return resultNacked
 	case errors.Is(err, ErrTimeout):
 		return resultTimeout

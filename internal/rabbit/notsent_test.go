@@ -34,7 +34,7 @@ func TestMessagesNeverWrittenAreNotSent(t *testing.T) {
 		if s == nil {
 			t.Fatal("not connected")
 		}
-		l := s.lanes[0]
+		l := s.lanes[0].Load()
 		// a publish takes the session, then waits for its only lane
 		l.pubMu.Lock()
 		done := make(chan []error)

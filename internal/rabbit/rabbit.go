@@ -62,6 +62,11 @@ var (
 	// ErrUnavailable: not connected, connection blocked, or connection or
 	// channel lost before the confirm.
 	ErrUnavailable = errors.New("rabbit: broker unavailable")
+	// ErrTooLarge: the message's body is larger than the broker takes
+	// (its max_message_size). The broker refuses such a message by
+	// closing the channel; once it has, the publisher knows the limit and
+	// fails larger messages without sending them. Counted as nacked.
+	ErrTooLarge = errors.New("rabbit: message larger than the broker's max_message_size")
 	// ErrNotSent comes with another error when the message surely did not
 	// leave this process: not connected, the connection blocked, or the
 	// batch stopped before it (its lane died, the caller's deadline).
@@ -127,6 +132,11 @@ type Publisher struct {
 
 	running atomic.Bool
 	sess    atomic.Pointer[session] // nil while disconnected
+	// maxBody is the largest body the broker takes, learned from its
+	// refusal of a larger one (0: not known). It is forgotten when a
+	// connection is lost for any other reason: a broker restarted with
+	// another max_message_size is tried again.
+	maxBody atomic.Int64
 	// movingSince is set (unix nanoseconds) while the publisher moves to
 	// another node after losing one, for the first round through the list.
 	movingSince atomic.Int64
@@ -348,6 +358,9 @@ func (p *Publisher) Run(ctx context.Context) error {
 		}
 		p.unpublish(s, reason)
 		s.teardown()
+		if brokerMaxBody(reason) == 0 {
+			p.maxBody.Store(0)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}

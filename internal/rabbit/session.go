@@ -17,7 +17,7 @@ import (
 type session struct {
 	sock        *sockConn
 	conn        *amqp.Connection
-	lanes       []*lane
+	lanes       []atomic.Pointer[lane] // a lane may be replaced (replace)
 	rr          atomic.Uint32
 	connClosed  chan *amqp.Error
 	blocked     chan amqp.Blocking
@@ -101,6 +101,7 @@ func (p *Publisher) connect(ctx context.Context, url string) (_ *session, err er
 	}
 	conn = c
 
+	var lanes []*lane
 	s := &session{
 		sock:       sock,
 		conn:       conn,
@@ -123,15 +124,43 @@ func (p *Publisher) connect(ctx context.Context, url string) (_ *session, err er
 		if err := ch.Confirm(false); err != nil {
 			return nil, fmt.Errorf("confirm mode: %w", err)
 		}
-		s.lanes = append(s.lanes, l)
+		lanes = append(lanes, l)
 	}
 	if !stopCtx() || !timer.Stop() {
 		return nil, errTimeout // replaced by the guard's reason
 	}
-	for _, l := range s.lanes {
+	s.lanes = make([]atomic.Pointer[lane], len(lanes))
+	for i, l := range lanes {
+		s.lanes[i].Store(l)
 		s.wg.Go(l.run)
 	}
 	return s, nil
+}
+
+// replace opens a confirm channel in place of old, whose channel the broker
+// closed while the connection stayed up, and starts its lane. It is called
+// by old's own goroutine (so s.wg is above zero). A failure kills the
+// session.
+func (s *session) replace(old *lane) {
+	for i := range s.lanes {
+		if s.lanes[i].Load() != old {
+			continue
+		}
+		ch, err := s.conn.Channel()
+		if err != nil {
+			s.kill(fmt.Errorf("reopen channel: %w", err))
+			return
+		}
+		l := newLane(old.p, s, ch)
+		if err := ch.Confirm(false); err != nil {
+			_ = ch.Close()
+			s.kill(fmt.Errorf("reopen channel: confirm mode: %w", err))
+			return
+		}
+		s.lanes[i].Store(l)
+		s.wg.Go(l.run)
+		return
+	}
 }
 
 // kill marks the session dead (first reason wins) so that Run tears it down.
@@ -182,12 +211,12 @@ func (s *session) acquire() *lane {
 	n := uint32(len(s.lanes))
 	start := s.rr.Add(1)
 	for k := range n {
-		l := s.lanes[(start+k)%n]
+		l := s.lanes[(start+k)%n].Load()
 		if l.pubMu.TryLock() {
 			return l
 		}
 	}
-	l := s.lanes[start%n]
+	l := s.lanes[start%n].Load()
 	l.pubMu.Lock()
 	return l
 }
