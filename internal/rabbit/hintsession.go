@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"time"
@@ -57,13 +58,20 @@ type hintSession struct {
 }
 
 func (h *Hints) session(ctx context.Context, url string) (err error) {
-	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Properties: amqp.Table{"connection_name": "clockd-hints " + h.self}})
+	var raw net.Conn // the socket, closed if the broker's close-ok does not come
+	dial := func(network, addr string) (net.Conn, error) {
+		c, err := amqp.DefaultDial(5*time.Second)(network, addr)
+		raw = c
+		return c, err
+	}
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: dial, Properties: amqp.Table{"connection_name": "clockd-hints " + h.self}})
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}
-	// bounded like the publisher's: a slow or stalled broker link must not
-	// hold up the shutdown (amqp091's Close waits without a deadline)
-	defer func() { _ = conn.CloseDeadline(time.Now().Add(closeTimeout)) }()
+	// bounded like the publisher's: a slow, stalled or blocked broker link
+	// must not hold up the shutdown (amqp091's Close waits without a
+	// deadline)
+	defer closeHard(conn, raw)
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("channel: %w", err)

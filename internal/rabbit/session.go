@@ -62,7 +62,10 @@ func (p *Publisher) connect(ctx context.Context, url string) (_ *session, err er
 			return
 		}
 		if conn != nil {
-			_ = conn.CloseDeadline(time.Now().Add(closeTimeout))
+			mu.Lock()
+			c := raw
+			mu.Unlock()
+			closeHard(conn, c)
 		}
 		// Also stops amqp091's reader goroutine at once (DialConfig returns
 		// a half-open connection on handshake errors).
@@ -200,9 +203,23 @@ func (s *session) teardown() {
 		for range s.blocked {
 		}
 	}()
-	_ = s.conn.CloseDeadline(time.Now().Add(closeTimeout))
+	closeHard(s.conn, s.sock.Conn)
 	s.wg.Wait()
 	<-drained
+}
+
+// closeHard closes conn, waiting for the broker's close-ok at most
+// closeTimeout, then closes raw (the socket). CloseDeadline alone can wait
+// far longer: amqp091's heartbeater moves the socket's read deadline
+// forward at every heartbeat, and a broker that blocked the connection (a
+// memory alarm: it reads nothing more) still sends them. A shutdown then
+// hung until the supervisor's SIGKILL.
+func closeHard(conn *amqp.Connection, raw net.Conn) {
+	if raw != nil {
+		t := time.AfterFunc(closeTimeout, func() { _ = raw.Close() })
+		defer t.Stop()
+	}
+	_ = conn.CloseDeadline(time.Now().Add(closeTimeout))
 }
 
 // acquire picks a lane for one batch and locks it for publishing: a free lane
