@@ -66,3 +66,22 @@ func TestSIGTERMWhileBrokerBlockedExits(t *testing.T) {
 		t.Errorf("%d of %d clocks never rang", len(judge(cons, clocks).missing()), len(clocks))
 	}
 }
+
+// A blocked connection rings nothing: /metrics says so
+// (clockd_rabbit_blocked 1), so that the ClockdBrokerBlocked alert can
+// fire (clockd_rabbit_connected stays 1, and no attempt fails), and says
+// so no more once the alarm clears.
+func TestBlockedBrokerShowsInMetrics(t *testing.T) {
+	t.Parallel()
+	node, d, cons, clocks := blockedBroker(t, "blkm")
+	if v, ok := scrapeGauge(d, "clockd_rabbit_blocked"); !ok || v != 1 {
+		t.Errorf("broker blocks every ring (/readyz 503), but clockd_rabbit_blocked is %v (found %v)", v, ok)
+	}
+	node.Ctl("set_vm_memory_high_watermark", "0.4")
+	if !waitReceived(cons, clocks, 40*time.Second) {
+		t.Errorf("%d of %d clocks never rang", len(judge(cons, clocks).missing()), len(clocks))
+	}
+	if v, _ := scrapeGauge(d, "clockd_rabbit_blocked"); v != 0 {
+		t.Errorf("clockd_rabbit_blocked %v after the alarm cleared and the clocks rang", v)
+	}
+}

@@ -23,6 +23,7 @@ type metrics struct {
 	latency    prometheus.Histogram
 	results    [nResults]prometheus.Counter
 	connected  prometheus.Gauge
+	blocked    prometheus.Gauge
 	reconnects prometheus.Counter
 }
 
@@ -42,6 +43,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "clockd_rabbit_connected",
 			Help: "1 while connected to RabbitMQ with confirm channels, else 0.",
 		}),
+		blocked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clockd_rabbit_blocked",
+			Help: "1 while RabbitMQ blocks the connection (a memory or disk alarm): connected, but nothing can be published, so nothing rings.",
+		}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "clockd_rabbit_reconnects_total",
 			Help: "Successful reconnections to RabbitMQ after a connection loss.",
@@ -53,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.latency, published, m.connected, m.reconnects}
+	cs := []prometheus.Collector{m.latency, published, m.connected, m.blocked, m.reconnects}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {

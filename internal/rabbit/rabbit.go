@@ -430,9 +430,11 @@ func (p *Publisher) serve(ctx context.Context, s *session) error {
 					reason = "unknown"
 				}
 				s.blockReason.Store(&reason)
+				p.metrics.blocked.Set(1)
 				p.log.Warn("rabbitmq connection blocked by broker", "reason", b.Reason)
 			} else {
 				s.blockReason.Store(nil)
+				p.metrics.blocked.Set(0)
 				p.log.Info("rabbitmq connection unblocked")
 			}
 		}
@@ -457,6 +459,7 @@ func (p *Publisher) unpublish(s *session, reason error) {
 	p.status = fmt.Errorf("rabbitmq: not connected: %w", reason)
 	p.readyCh = make(chan struct{})
 	p.metrics.connected.Set(0)
+	p.metrics.blocked.Set(0) // a new connection is not blocked until the broker says so
 }
 
 func (p *Publisher) setStatus(err error) {
