@@ -124,18 +124,22 @@ func (m *Manager) brokerState() brokerState {
 	first := !m.judged
 	m.judged = true
 	if err == nil {
-		if m.gaveUp {
+		if m.handedOver {
 			m.log.Info("RabbitMQ takes rings again: this instance takes its share of the shards")
+		} else if m.gaveUp {
+			m.log.Info("RabbitMQ takes rings again")
 		}
-		m.downSince, m.gaveUp = time.Time{}, false
+		m.downSince, m.gaveUp, m.handedOver = time.Time{}, false, false
 		return ringing
 	}
 	if m.downSince.IsZero() {
 		m.downSince = now
 	}
 	if !m.gaveUp && (first || now.Sub(m.downSince) >= m.cfg.LeaseTTL) {
+		// whether its shards go to others is said by the round, which
+		// knows whether any other instance can ring
 		m.gaveUp = true
-		m.log.Warn("cannot publish to RabbitMQ: this instance gives its shards up to the instances that can",
+		m.log.Warn("cannot publish to RabbitMQ: this instance rings nothing until it can",
 			"for", now.Sub(m.downSince).Round(time.Second).String(), "err", err)
 	}
 	if m.gaveUp {
@@ -216,6 +220,13 @@ func (m *Manager) round(ctx context.Context) error {
 	// lease lasts. They count no more in this instance's share.
 	leases = m.renewHanding(leases, validUntil)
 	want := share(m.cfg.Shards, live, m.cfg.InstanceID, st, len(leases))
+	if st == noBroker && want == 0 && len(leases) > 0 && !m.handedOver {
+		// said only when it happens: with no instance able to ring,
+		// nobody moves anything
+		m.handedOver = true
+		m.log.Warn("without RabbitMQ this instance gives its shards up to the instances that can ring",
+			"shards", len(leases))
+	}
 	var give []alarm.Lease
 	if extra := len(leases) - want; extra > 0 {
 		// hand the highest shards over: stop ringing them first; they are

@@ -99,9 +99,12 @@ type Manager struct {
 	backAt time.Time
 
 	// the broker as this instance sees it (lease keeper goroutine only)
-	judged    bool      // judged once
-	gaveUp    bool      // it gave its shards up for want of a broker
-	downSince time.Time // since when CanRing fails; zero while it works
+	judged bool // judged once
+	gaveUp bool // it has judged itself unable to ring for want of a broker
+	// handedOver: it gave its shards up to instances that can ring (said
+	// once per broker outage)
+	handedOver bool
+	downSince  time.Time // since when CanRing fails; zero while it works
 
 	wg        sync.WaitGroup
 	handovers sync.WaitGroup // handOver goroutines
