@@ -39,7 +39,10 @@
 // Done get a context that does not end with Run's, cancelled only when
 // they take longer than 5 s (then their rings are left unacknowledged and
 // go to the next consumer). Rings delivered but not begun are left
-// unacknowledged.
+// unacknowledged. A broker that stopped answering (a stalled network)
+// does not hold the stop up: Run does not wait for it to confirm that the
+// deliveries stopped, and gives it 2 s to confirm the close, then drops the
+// connection; a connect under way ends with ctx at once.
 //
 // Run keeps going across broker restarts and lost connections: it
 // reconnects with backoff, moving to the next URL of the list each time a
@@ -251,8 +254,9 @@ func (c *Consumer) DeadQueue() string { return c.q.Name + ".dead" }
 
 // Run consumes until ctx is done, reconnecting whenever the connection is
 // lost, and returns nil then, after the handlers that were running
-// returned (they have up to 5 s to settle their rings: see Handler). It
-// returns an error only when it cannot start at all (h is nil).
+// returned (they have up to 5 s to settle their rings: see Handler) and
+// the connection closed (up to 2 s more when the broker does not answer).
+// It returns an error only when it cannot start at all (h is nil).
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("consume: nil handler")
@@ -290,7 +294,12 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close()
+	defer conn.shut()
+	// While the session sets up, every call waits for the broker: if Run's
+	// ctx ends meanwhile, closing the connection makes the call under way
+	// return, even when the broker stopped answering.
+	setup := context.AfterFunc(ctx, conn.shut)
+	defer setup()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 
 	ch, err := conn.Channel()
@@ -329,6 +338,9 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 	if err != nil {
 		return false, fmt.Errorf("consume queue %q: %w", c.q.Name, err)
 	}
+	if !setup() {
+		return false, ctx.Err() // Run's ctx ended during the set-up
+	}
 	c.log.Info("consuming", "broker", Redact(u), "prefetch", c.o.Prefetch, "workers", c.o.Workers)
 
 	// The handlers, Dedup and the moves of failed rings get a context that
@@ -358,16 +370,28 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 		}
 	}
 	var (
-		wg     sync.WaitGroup
-		pubMu  sync.Mutex // one confirm at a time on pub keeps each wait tied to its publish
+		wg    sync.WaitGroup
+		pubMu sync.Mutex // one confirm at a time on pub keeps each wait tied to its publish
+		// A worker returns once the session is ending and its handler under
+		// way (if any) returned; it does not wait for the deliveries to end,
+		// which takes the broker's answer to a cancel. What it has not taken
+		// is left unacknowledged: the broker delivers it again (to the next
+		// consumer) once the connection is closed.
 		worker = func() {
 			defer wg.Done()
-			for d := range msgs {
-				if ending() {
-					continue // left unacknowledged: the broker delivers it again (to the next consumer)
-				}
-				if err := c.handle(ctx, hctx, h, d, &publisher{ch: pub, returns: returns, mu: &pubMu}); err != nil {
-					fail(err)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-failed:
+					return
+				case d, ok := <-msgs:
+					if !ok || ending() {
+						return
+					}
+					if err := c.handle(ctx, hctx, h, d, &publisher{ch: pub, returns: returns, mu: &pubMu}); err != nil {
+						fail(err)
+					}
 				}
 			}
 		}
@@ -399,31 +423,7 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 	pubClosed := pub.NotifyClose(make(chan *amqp.Error, 1))
 	select {
 	case <-ctx.Done():
-		err = ctx.Err()
-		// Stop the deliveries, then let the handlers under way settle
-		// their rings (until stopWait ran out and hctx is cancelled): a
-		// ring handled and then not acknowledged because the connection
-		// went first would come back to the next consumer, handled twice.
-		_ = ch.Cancel(tag, false)
-		select {
-		case <-workersDone:
-		case <-hctx.Done():
-		}
 	case <-failed:
-		err = failErr
-		// As at a stop: no more deliveries, and the handlers under way
-		// settle their rings (up to stopWait). Then the connection closes
-		// and Run reconnects, with its backoff, declaring the queues again
-		// (a delay queue deleted behind its back is back); the ring that
-		// could not be moved, left unacknowledged, is delivered again.
-		_ = ch.Cancel(tag, false)
-		t := time.NewTimer(stopWait)
-		select {
-		case <-workersDone:
-		case <-hctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
 	case e := <-closed:
 		err = closeReason("connection", e)
 	case e := <-pubClosed:
@@ -431,9 +431,35 @@ func (c *Consumer) session(ctx context.Context, u string, h Handler) (consumed b
 	case <-workersDone:
 		err = errors.New("the broker ended the consumer (queue deleted or channel closed)")
 	}
+	if ending() {
+		// Run's ctx ended, or a failed ring could not be moved (then Run
+		// reconnects, with its backoff, declaring the queues again: a
+		// delay queue deleted behind its back is back; the ring, left
+		// unacknowledged, is delivered again). No more deliveries, and the
+		// handlers under way settle their rings: a ring handled and then
+		// not acknowledged because the connection went first would come
+		// back to the next consumer, handled twice. The cancel is not
+		// waited for: a broker that stopped answering never confirms it,
+		// and what it delivers meanwhile is not handled.
+		err = ctx.Err()
+		if err == nil {
+			<-failed
+			err = failErr
+		}
+		go func() { _ = ch.Cancel(tag, false) }()
+		// Up to stopWait: at a stop, hctx is cancelled then.
+		t := time.NewTimer(stopWait)
+		select {
+		case <-workersDone:
+		case <-hctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	// Closing the connection ends msgs, so the workers return once their
 	// current handler did; what they had not acknowledged is redelivered.
-	_ = conn.Close()
+	// shut waits closeWait at most for the broker.
+	conn.shut()
 	wg.Wait()
 	return true, err
 }
