@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/clockd/clockd/internal/alarm"
 )
 
 // clockBody is the JSON body of create and reschedule; unset fields are
@@ -102,8 +104,11 @@ func (s *scheduleFlags) fill(c *cli, set map[string]bool, b *clockBody) error {
 	return nil
 }
 
+// parseTime reads the time of flag name with clockd's own parser, so that
+// clockctl takes what the API takes (T and Z in either case, as RFC 3339
+// allows), and passes it on as RFC 3339 with an upper-case T and Z.
 func parseTime(name, v string) (string, error) {
-	t, err := time.Parse(time.RFC3339Nano, v)
+	t, err := alarm.ParseRFC3339(v)
 	if err != nil {
 		return "", usagef("%s %q: want an RFC 3339 time such as 2026-01-01T10:30:00Z", name, v)
 	}
