@@ -94,7 +94,9 @@ type Retry struct {
 	// the request and never answers does not hold a call without a
 	// context deadline for ever, nor use up a deadline in one attempt.
 	// An attempt cut by it is a network error: repeated when the call is
-	// retried, of unknown outcome (ErrUnavailable) when not. Default 40s
+	// retried, of unknown outcome (ErrUnavailable) when not; it does not
+	// match the context's errors, since the call's context did not end
+	// (context.DeadlineExceeded is for a call whose context did). Default 40s
 	// (more than clockd's longest answer: its MySQL request timeout plus
 	// the time to resolve a lost COMMIT).
 	Timeout time.Duration
@@ -340,6 +342,22 @@ func ctxError(ctx context.Context) error {
 	return fmt.Errorf("%w (%w)", err, cause)
 }
 
+// attemptCause is the cause of a failed attempt whose call's context did
+// not end: err, said to be Retry.Timeout's doing when the attempt's
+// context actx ended. It never matches context.DeadlineExceeded or
+// context.Canceled (an attempt's deadline, or an http.Client's own
+// Timeout, would): callers test for those to learn that their context
+// ended, and it did not.
+func (c *Client) attemptCause(actx context.Context, err error) error {
+	if actx.Err() != nil {
+		return fmt.Errorf("no answer within %s (Retry.Timeout): %v", c.retry.Timeout, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return errors.New(err.Error())
+	}
+	return err
+}
+
 // maxAnswer bounds what the client reads of one answer.
 const maxAnswer = 64 << 20
 
@@ -379,10 +397,7 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		if actx.Err() != nil {
-			err = fmt.Errorf("no answer within %s (Retry.Timeout): %w", c.retry.Timeout, err)
-		}
-		return 0, nil, 0, &netError{fmt.Errorf("%s %s: %w", cl.method, target, err)}
+		return 0, nil, 0, &netError{fmt.Errorf("%s %s: %w", cl.method, target, c.attemptCause(actx, err))}
 	}
 	defer resp.Body.Close()
 	data, err = io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
@@ -390,10 +405,7 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 		if ctx.Err() != nil {
 			return resp.StatusCode, nil, 0, cutShort(ctx, cl)
 		}
-		if actx.Err() != nil {
-			err = fmt.Errorf("no answer within %s (Retry.Timeout): %w", c.retry.Timeout, err)
-		}
-		return resp.StatusCode, nil, 0, &netError{fmt.Errorf("%s %s: read answer: %w", cl.method, target, err)}
+		return resp.StatusCode, nil, 0, &netError{fmt.Errorf("%s %s: read answer: %w", cl.method, target, c.attemptCause(actx, err))}
 	}
 	if s := resp.Header.Get("Retry-After"); s != "" {
 		if secs, err := strconv.Atoi(s); err == nil && secs >= 0 {
