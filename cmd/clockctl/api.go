@@ -57,8 +57,14 @@ func (a *api) do(ctx context.Context, method, path string, query url.Values, bod
 	if err != nil {
 		var ce *client.Error
 		switch {
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil && method == http.MethodGet:
 			return status, nil, fmt.Errorf("%s %s: no answer within %s (see -timeout)", method, path, a.timeout)
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+			// A change cut after it was sent may have been applied: a bare
+			// "no answer" reads as "nothing happened" and invites a blind
+			// retry (a second reschedule, a second token).
+			return status, nil, fmt.Errorf("%s %s: no answer within %s (see -timeout): outcome unknown, clockd may have applied it; %s before retrying",
+				method, path, a.timeout, checkHint(path))
 		case errors.As(err, &ce) && ce.Status == http.StatusUnauthorized && !a.hasToken:
 			return status, nil, fmt.Errorf("%w (give a token with -token or CLOCKD_TOKEN)", answerError{ce})
 		case errors.As(err, &ce):
@@ -67,6 +73,19 @@ func (a *api) do(ctx context.Context, method, path string, query url.Values, bod
 		return status, nil, err
 	}
 	return status, data, nil
+}
+
+// checkHint says how to learn whether a change to path was applied.
+func checkHint(path string) string {
+	switch {
+	case strings.HasPrefix(path, "/v1/clocks"):
+		return "read the clock (clockctl get)"
+	case strings.HasPrefix(path, "/v1/tokens"):
+		return "list the tokens (clockctl token list)"
+	case strings.HasPrefix(path, "/v1/applications/"):
+		return "read the quota (clockctl quota)"
+	}
+	return "check it"
 }
 
 // answerError is an error answer of clockd as clockctl prints it: its

@@ -28,6 +28,13 @@ const (
 
 const defaultAddr = "http://127.0.0.1:8080"
 
+// defaultTimeout bounds a request, as the client package's per-attempt
+// timeout does: more than clockd's longest answer (mysql.request_timeout
+// plus mysql.resolve_timeout, 35 s by default), so that a change made
+// while MySQL stalls gets clockd's definite answer rather than an unknown
+// outcome. Ctrl-C ends a request sooner.
+const defaultTimeout = 40 * time.Second
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
@@ -122,7 +129,8 @@ Commands:
 
 Global flags (before the command):
   -addr URL        clockd base URL (default $CLOCKD_ADDR, else %s)
-  -timeout D       timeout of each request (default 10s; 0 means none)
+  -timeout D       timeout of each request (default 40s, more than clockd's longest
+                   answer; 0 means none)
   -token T         API token, sent as Authorization: Bearer (default $CLOCKD_TOKEN);
                    needed when clockd runs with auth.mode tokens
   -cacert FILE     trust this CA for an https:// -addr (default $CLOCKD_CACERT)
@@ -148,7 +156,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	fs.SetOutput(c.stderr)
 	fs.Usage = func() {}
 	fs.StringVar(&c.addr, "addr", addrDefault, "clockd base URL")
-	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "timeout of each request")
+	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "timeout of each request")
 	fs.StringVar(&c.token, "token", c.getenv("CLOCKD_TOKEN"), "API token")
 	fs.StringVar(&c.cacert, "cacert", c.getenv("CLOCKD_CACERT"), "PEM file of the CA that signed clockd's HTTPS certificate")
 	if err := fs.Parse(args); err != nil {
