@@ -543,6 +543,7 @@ func TestOpenAPIHookReportsDrift(t *testing.T) {
 	v := newValidator(loadOpenAPI(t))
 	srv := httptest.NewServer(v.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-Id", "r-1") // as clockd sends on every answer
 		switch r.URL.Path {
 		case "/healthz":
 			fmt.Fprint(w, `{"status":"ok"}`)
@@ -576,7 +577,7 @@ func TestOpenAPICheckerCatchesDrift(t *testing.T) {
 		`"ring_at":"2026-01-01T10:30:00.000Z","latest_ring_at":null,"max_attempts":0,"status":"pending","attempts":0,` +
 		`"next_try_at":"2026-01-01T10:30:00.000Z","last_error":null,"created_at":"2026-01-01T10:00:00.000Z",` +
 		`"updated_at":"2026-01-01T10:00:00.000Z","rung_at":null,"schedule":null,"paused":false,"occurrences":0,"occurrence_at":null}`
-	json := http.Header{"Content-Type": {"application/json"}}
+	json := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"r-1"}}
 	for name, tt := range map[string]struct {
 		x    exchange
 		want bool // valid
@@ -588,6 +589,8 @@ func TestOpenAPICheckerCatchesDrift(t *testing.T) {
 			respBody: []byte(strings.Replace(good, `"rung_at":null`, `"rung_at2":null`, 1))}, false},
 		"a time without milliseconds": {exchange{method: "GET", target: "/v1/clocks/order/o-1", status: 200, respHeader: json,
 			respBody: []byte(strings.Replace(good, `"ring_at":"2026-01-01T10:30:00.000Z"`, `"ring_at":"2026-01-01T10:30:00Z"`, 1))}, false},
+		"an answer without X-Request-Id": {exchange{method: "GET", target: "/v1/clocks/order/o-1", status: 200,
+			respHeader: http.Header{"Content-Type": {"application/json"}}, respBody: []byte(good)}, false},
 		"an undocumented status": {exchange{method: "GET", target: "/v1/clocks/order/o-1", status: 418, respHeader: json,
 			respBody: []byte(`{"error":{"code":"internal","message":"x"}}`)}, false},
 		"an unknown status name": {exchange{method: "GET", target: "/v1/clocks/order/o-1", status: 200, respHeader: json,
