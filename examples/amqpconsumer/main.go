@@ -5,8 +5,9 @@
 //
 //	go run ./examples/amqpconsumer -app order
 //
-// It reads CLOCKD_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/)
-// and CLOCKD_EXCHANGE (default clock.ring). It stops on Ctrl-C, when the
+// It reads CLOCKD_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/, or
+// several URLs separated by commas: the first node that answers) and
+// CLOCKD_EXCHANGE (default clock.ring). It stops on Ctrl-C, when the
 // connection is lost, or after -max rings when given.
 package main
 
@@ -18,6 +19,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -29,17 +31,40 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	url := os.Getenv("CLOCKD_AMQP_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
+	urls, err := brokerURLs(os.Getenv("CLOCKD_AMQP_URL"))
+	if err != nil {
+		log.Fatal(err)
 	}
 	exchange := os.Getenv("CLOCKD_EXCHANGE")
 	if exchange == "" {
 		exchange = "clock.ring"
 	}
-	if err := consume(ctx, url, exchange, *app, *maxRings); err != nil {
+	if err := consume(ctx, urls, exchange, *app, *maxRings); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// brokerURLs splits CLOCKD_AMQP_URL, one URL or several separated by
+// commas as clockd takes it, and checks each.
+func brokerURLs(list string) ([]string, error) {
+	if strings.TrimSpace(list) == "" {
+		return []string{"amqp://guest:guest@127.0.0.1:5672/"}, nil
+	}
+	var urls []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		if _, err := amqp.ParseURI(u); err != nil {
+			// Not err: net/url's errors quote the URL, password included.
+			return nil, fmt.Errorf("CLOCKD_AMQP_URL: URL %d is not of the form amqp://user:password@host:port/vhost", len(urls)+1)
+		}
+		urls = append(urls, u)
+	}
+	if len(urls) == 0 {
+		return nil, errors.New("CLOCKD_AMQP_URL holds no URL")
+	}
+	return urls, nil
 }
 
 // handle is the application's work for one ring. Delivery is at least
@@ -49,11 +74,23 @@ func handle(messageID, businessID string, payload []byte) error {
 	return nil
 }
 
-func consume(ctx context.Context, url, exchange, app string, maxRings int) error {
+func consume(ctx context.Context, urls []string, exchange, app string, maxRings int) error {
 	// README:begin
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+	// urls: CLOCKD_AMQP_URL split at its commas (the nodes of a cluster);
+	// the first that answers is used.
+	var conn *amqp.Connection
+	var errs []error
+	for i, url := range urls {
+		c, err := amqp.Dial(url)
+		if err == nil {
+			conn = c
+			break
+		}
+		// Named by its place in the list: the URL holds the password.
+		errs = append(errs, fmt.Errorf("connect to broker %d of %d: %w", i+1, len(urls), err))
+	}
+	if conn == nil {
+		return errors.Join(errs...)
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
