@@ -57,7 +57,9 @@ type Clock struct {
 	Attempts     int
 	// ReplayedAttempts are the attempts made before the clock's last
 	// replay (Attempts restarts at 0); a ring's attempt number counts them.
-	// Set on clocks claimed for a ring only.
+	// Set on clocks claimed for a ring, and on the clock a Store's Change
+	// hands to apply, which keeps them while the occurrence stays and sets
+	// 0 for a new one.
 	ReplayedAttempts int
 	NextTryAt        time.Time
 	LastError        string

@@ -44,8 +44,8 @@ type row struct {
 	UpdateTime   int64          `db:"update_time"`
 	OpToken      sql.NullInt64  `db:"op_token"`
 	ClaimToken   sql.NullInt64  `db:"claim_token"`
-	// ReplayedAttempts is read by the ring path only (ringCols): elsewhere
-	// it stays 0.
+	// ReplayedAttempts is read by the ring path and by Change only
+	// (ringCols): elsewhere it stays 0.
 	ReplayedAttempts int `db:"replayed_attempts"`
 	scheduleRow
 }
@@ -285,8 +285,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) getRow(ctx context.Context, q sqlx.QueryerContext, k alarm.Key, lock bool) (row, error) {
-	query := "SELECT " + clockCols + " FROM clock WHERE application = ? AND business_id = ?"
+// getRow reads the row of k: cols are clockCols, or ringCols where the
+// caller needs replayed_attempts.
+func (s *Store) getRow(ctx context.Context, q sqlx.QueryerContext, k alarm.Key, cols string, lock bool) (row, error) {
+	query := "SELECT " + cols + " FROM clock WHERE application = ? AND business_id = ?"
 	if lock {
 		query += " FOR UPDATE"
 	}
@@ -325,7 +327,7 @@ func (s *Store) InClock(ctx context.Context, app string, businessIDs []string) (
 }
 
 func (s *Store) get(ctx context.Context, q sqlx.QueryerContext, k alarm.Key, lock bool) (alarm.Clock, error) {
-	r, err := s.getRow(ctx, q, k, lock)
+	r, err := s.getRow(ctx, q, k, clockCols, lock)
 	if err != nil {
 		return alarm.Clock{}, err
 	}
@@ -548,7 +550,7 @@ func (s *Store) change(ctx context.Context, k alarm.Key, verb string, update fun
 		}
 		var r row
 		rerr := s.resolve(ctx, unknown.sess, func(ctx context.Context) (err error) {
-			r, err = s.getRow(ctx, s.db, k, false)
+			r, err = s.getRow(ctx, s.db, k, clockCols, false)
 			return err
 		})
 		if rerr != nil && !errors.Is(rerr, alarm.ErrNotFound) {
@@ -631,10 +633,14 @@ func (s *Store) Reschedule(ctx context.Context, k alarm.Key, now time.Time, appl
 func (s *Store) Change(ctx context.Context, k alarm.Key, verb string, now time.Time, apply func(alarm.Clock) (alarm.Clock, error)) (alarm.Clock, error) {
 	var invalid error
 	c, err := s.change(ctx, k, verb, func(tx *sqlx.Conn, token int64) (bool, error) {
-		cur, err := s.get(ctx, tx, k, true)
+		// with replayed_attempts: apply keeps them where the occurrence
+		// stays (a payload PATCH of a replayed one), so that its next ring
+		// counts on from them, and sets 0 where it moves on
+		r, err := s.getRow(ctx, tx, k, ringCols, true)
 		if err != nil {
 			return false, err
 		}
+		cur := r.clock()
 		if cur.Status != alarm.StatusPending {
 			return false, nil
 		}
@@ -645,9 +651,9 @@ func (s *Store) Change(ctx context.Context, k alarm.Key, verb string, now time.T
 		}
 		sr := scheduleRowOf(c)
 		_, err = tx.ExecContext(ctx, `UPDATE clock SET payload = ?, target_ring_at = ?, latest_ring_at = ?, max_attempts = ?,
-			next_try_time = ?, attempts = ?, replayed_attempts = IF(`+recurringSQL+`, 0, replayed_attempts),
+			next_try_time = ?, attempts = ?, replayed_attempts = ?,
 			`+scheduleSet+`, op_token = ?, update_time = GREATEST(?, update_time + 1) WHERE id = ? AND `+unclaimed,
-			append(append([]any{c.Payload, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts, ms(c.NextTryAt), c.Attempts},
+			append(append([]any{c.Payload, ms(c.RingAt), nullMS(c.LatestRingAt), c.MaxAttempts, ms(c.NextTryAt), c.Attempts, c.ReplayedAttempts},
 				sr.args()...), token, ms(now), c.ID)...)
 		if err != nil {
 			return false, fmt.Errorf("%s clock %s: %w", verb, k, err)
