@@ -203,6 +203,14 @@ func AnswerExisting(n NewClock, ex Clock) CreateResult {
 		msg = fmt.Sprintf("clock %s/%s exists, pending, with different content: to change it, PATCH %s (clockctl reschedule); "+
 			"to replace it, cancel it (DELETE %s) and create it again", ex.Application, ex.BusinessID, path, path)
 	case StatusFiring:
+		if ex.Schedule != nil {
+			// once the occurrence has rung, the clock is pending on its
+			// next one: a create would answer 409 again
+			msg = fmt.Sprintf("clock %s/%s exists, recurring, with different content and is ringing an occurrence now (firing): "+
+				"it stays for its next occurrences; retry in a moment, or PATCH %s (clockctl reschedule) to change it, "+
+				"or cancel it (DELETE %s) and create it again", ex.Application, ex.BusinessID, path, path)
+			break
+		}
 		msg = fmt.Sprintf("clock %s/%s exists with different content and is ringing now (firing): once it has rung, "+
 			"a create for the key sets a new clock; retry in a moment", ex.Application, ex.BusinessID)
 	default:

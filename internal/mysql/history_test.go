@@ -534,3 +534,33 @@ func TestHistoryKeepsEveryColumnOfClock(t *testing.T) {
 		t.Errorf("history row: replayed_attempts %d, claim_time %d; want 4, %d", got.Replayed, got.ClaimTime, t0.Add(time.Minute).UnixMilli())
 	}
 }
+
+// The 409 of a change of a finished recurring clock, within the
+// idempotency window, tells to change its schedule (or payload) to set it
+// again: a recurring clock's create has no ring time, and its schedule is
+// what tells a new create from a retry of the one that set it.
+func TestRefusalOfAFinishedRecurringClockNamesItsSchedule(t *testing.T) {
+	t.Parallel()
+	s, _ := historyStore(t, mysql.StoreConfig{})
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Millisecond)
+	k := alarm.Key{Application: "order", BusinessID: "o-r"}
+	every := time.Minute
+	in := alarm.CreateInput{Application: k.Application, BusinessID: k.BusinessID,
+		Schedule: &alarm.ScheduleInput{Every: &every}}
+	n, err := in.Validate(now, alarm.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := createOne(t, s, n, now); first.Err != nil {
+		t.Fatal(first.Err)
+	}
+	if _, err := s.Cancel(ctx, k, now); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Cancel(ctx, k, now)
+	var ce *alarm.ConflictError
+	if !errors.As(err, &ce) || !strings.Contains(ce.Message, "change its schedule or payload") {
+		t.Errorf("second cancel of a recurring clock: %v; want a 409 that says to change its schedule or payload", err)
+	}
+}

@@ -356,9 +356,15 @@ func (s *Store) refusal(verb string, k alarm.Key, c alarm.Clock) error {
 	if c.Status.Finished() {
 		msg += "; a create (POST /v1/clocks) for the key sets a new clock"
 		if w := s.cfg.IdempotencyWindow; w > 0 && time.Now().Before(c.CreatedAt.Add(w)) {
+			// a recurring clock's create has no ring time: its schedule
+			// tells it apart (see alarm.NewClock.Same)
+			changeable := "ring time"
+			if c.Schedule != nil {
+				changeable = "schedule"
+			}
 			msg += fmt.Sprintf(", but until %s (clock.idempotency_window) one identical to the create that set this clock "+
-				"is taken for its retry and answered with this clock: change its ring time or payload to set it again now",
-				c.CreatedAt.Add(w).UTC().Format("2006-01-02T15:04:05.000Z"))
+				"is taken for its retry and answered with this clock: change its %s or payload to set it again now",
+				c.CreatedAt.Add(w).UTC().Format("2006-01-02T15:04:05.000Z"), changeable)
 		}
 	}
 	return &alarm.ConflictError{Clock: c, Message: msg}
