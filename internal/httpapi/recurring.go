@@ -119,9 +119,8 @@ func decodeSchedule(raw json.RawMessage, top *scheduleBody) (*alarm.ScheduleInpu
 				return nil, badField(k, "applies to recurring clocks: give a schedule")
 			}
 		}
-		if raw != nil {
-			return nil, badField("schedule", "must be an object such as {\"cron\": \"0 2 * * *\", \"time_zone\": \"Europe/Berlin\"} or {\"every\": \"30s\"}, not null")
-		}
+		// null is what a one-shot clock shows: a one-shot clock (a PATCH
+		// refuses it before, as it cannot make a clock one-shot)
 		return nil, nil
 	}
 	if bytes.TrimSpace(raw)[0] != '{' {
