@@ -58,8 +58,8 @@ func rfc3339ms(at time.Time) string { return at.UTC().Format("2006-01-02T15:04:0
 // answers 200 with it". A client whose answer was lost resends the same
 // body after the clock's latest_ring_at (or, recurring, its schedule's
 // end) has passed: the retry answers 200 with the clock, single create and
-// batch item alike, where it answered 400 ("is already past", "schedule.end:
-// is before start") as if the request were wrong. The same body for a key
+// batch item alike, where it answered 400 ("is already past") as if the
+// request were wrong. The same body for a key
 // without such a clock is still refused.
 func TestIdenticalRetryAfterLatestRingAtPassed(t *testing.T) {
 	t.Parallel()

@@ -119,8 +119,14 @@ func (in ScheduleInput) spec(now time.Time) (sp schedule.Spec, sc *schedule.Sche
 	if err == nil {
 		return sc.Spec(), sc, startGiven, nil, nil
 	}
+	var se *schedule.Error
+	endErr := errors.As(err, &se) && se.Field == "end"
 	err = scheduleErr(err)
 	if derived && !sp.End.IsZero() && sp.End.Before(sp.Start) {
+		if endErr {
+			// "is before start" would name a start the request never gave
+			err = endBeforeFirst(sp.End, sp.Start, now)
+		}
 		// The end is before the start derived from now: a create an
 		// interval earlier had a start before it. Late, when the rest of
 		// the schedule is valid: parsed with a start that is not after
@@ -134,6 +140,16 @@ func (in ScheduleInput) spec(now time.Time) (sp schedule.Spec, sc *schedule.Sche
 		}
 	}
 	return sp, nil, false, nil, err
+}
+
+// endBeforeFirst refuses the end of an interval without a start, which
+// comes before its first occurrence, first (one interval after now).
+func endBeforeFirst(end, first, now time.Time) error {
+	if end.Before(now) {
+		return invalid("schedule.end", "(%s) is already past", fmtTime(end))
+	}
+	return invalid("schedule.end", "(%s) is before the first occurrence, %s: one interval (every) after now, as no start is given",
+		fmtTime(end), fmtTime(first))
 }
 
 // validateRecurring fills in n from a create's schedule: its first

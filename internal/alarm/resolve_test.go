@@ -39,9 +39,9 @@ func TestResolveLateOrInvalid(t *testing.T) {
 			in.LatestRingAt = ptr(later)
 		}), "latest_ring_at: (2026-01-01T11:00:00.123Z) is before ring_at", ""},
 		{"every: end before the start derived from now", recurring(alarm.ScheduleInput{Every: ptr(time.Minute), End: ptr(now.Add(time.Second))}, keep),
-			"schedule.end: is before start", ""},
+			"schedule.end: (2026-01-01T10:00:01.123Z) is before the first occurrence, 2026-01-01T10:01:00.124Z: one interval (every) after now, as no start is given", ""},
 		{"every: end passed", recurring(alarm.ScheduleInput{Every: ptr(time.Minute), End: ptr(past)}, keep),
-			"schedule.end: is before start", ""},
+			"schedule.end: (2026-01-01T09:59:00.123Z) is already past", ""},
 		{"cron: end passed", recurring(alarm.ScheduleInput{Cron: ptr("0 * * * *"), End: ptr(past)}, keep),
 			"schedule: has no occurrence after now", ""},
 		{"every: start given, all occurrences past", recurring(alarm.ScheduleInput{Every: ptr(time.Minute), Start: ptr(now.Add(-time.Hour)), End: ptr(past)}, keep),

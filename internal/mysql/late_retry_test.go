@@ -93,7 +93,7 @@ func TestIdenticalRetryAfterItsTimesPassed(t *testing.T) {
 		{"latest_ring_at passed, clock still pending", oneShot, 2 * time.Second, "", "is already past"},
 		{"delay: latest_ring_at before now + delay", byDelay, 15 * time.Second, "", "latest_ring_at: (2031-03-01T10:00:40.000Z) is before ring_at"},
 		{"delay: latest_ring_at passed", byDelay, 2 * time.Minute, alarm.StatusExpired, "latest_ring_at: (2031-03-01T10:00:40.000Z) is before ring_at"},
-		{"every: end before the start derived from now", every, 2500 * time.Millisecond, alarm.StatusRung, "schedule.end: is before start"},
+		{"every: end passed", every, 2500 * time.Millisecond, alarm.StatusRung, "schedule.end: (2031-03-01T10:00:01.500Z) is already past"},
 		{"cron: no occurrence left after now", cron, 8 * time.Second, alarm.StatusRung, "schedule: has no occurrence after now"},
 	}
 	for _, tt := range tests {
