@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clockd/clockd/internal/schedule"
 )
 
 // A create with "schedule": null is a one-shot clock, alone or as a batch
@@ -38,5 +40,59 @@ func TestIntervalWithPastEndSaysSo(t *testing.T) {
 		if !strings.Contains(msg, "now") && !strings.Contains(msg, "past") && !strings.Contains(msg, "first occurrence") {
 			t.Errorf("every 1m, no start, end %s: %q; the request named no start", end, msg)
 		}
+	}
+}
+
+// GET /v1/openapi.json gives catch_up_limit (in ClockCreate, beside and in
+// its schedule, in ClockPatch's schedule and in Schedule) the bounds clockd
+// holds it to, 1 to schedule.MaxCatchUpLimit: it said minimum 0, which
+// clockd refuses with 400, so a client generated from the document, or
+// one sending 0 for "the default", got a 400 for a request the document
+// called valid.
+func TestOpenAPICatchUpLimitBoundsAreTheServers(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	for _, n := range []int{0, schedule.MaxCatchUpLimit + 1} {
+		e.mustError(400, "POST", "/v1/clocks", body{"application": "order", "business_id": "cu", "payload": "{}",
+			"schedule": body{"every": "1m", "misfire": "catch_up", "catch_up_limit": n}})
+	}
+	e.mustClock(201, "POST", "/v1/clocks", body{"application": "order", "business_id": "cu", "payload": "{}",
+		"schedule": body{"every": "1m", "misfire": "catch_up", "catch_up_limit": schedule.MaxCatchUpLimit}})
+	code, data := e.do("GET", "/v1/openapi.json", nil)
+	if code != 200 {
+		t.Fatalf("GET /v1/openapi.json: %d", code)
+	}
+	var doc any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	var walk func(v any, path string)
+	walk = func(v any, path string) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if k == "catch_up_limit" {
+					if m, ok := x.(map[string]any); ok {
+						if min, ok := m["minimum"].(float64); ok {
+							seen++
+							if min != 1 || m["maximum"] != float64(schedule.MaxCatchUpLimit) {
+								t.Errorf("%s/catch_up_limit: minimum %v, maximum %v; clockd takes 1 to %d",
+									path, min, m["maximum"], schedule.MaxCatchUpLimit)
+							}
+						}
+					}
+				}
+				walk(x, path+"/"+k)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x, path)
+			}
+		}
+	}
+	walk(doc, "#")
+	if seen != 4 {
+		t.Errorf("catch_up_limit with bounds in %d places, want 4", seen)
 	}
 }
