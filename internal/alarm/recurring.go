@@ -206,8 +206,12 @@ func (c Clock) parsed() (*schedule.Schedule, error) {
 }
 
 // NextOccurrences lists up to n occurrences of a pending recurring clock
-// from its current one (none for a paused or finished clock).
-func (c Clock) NextOccurrences(n int) []time.Time {
+// at now (none for a paused or finished clock): its current one, then
+// those that ring after it. When the current one is overdue, the ones
+// after it that are past already are missed and follow the misfire rule,
+// as when it finishes now: skip lists none of them (they never ring),
+// catch_up those it rings.
+func (c Clock) NextOccurrences(now time.Time, n int) []time.Time {
 	if c.Schedule == nil || c.Paused || c.Status.Finished() {
 		return nil
 	}
@@ -221,7 +225,16 @@ func (c Clock) NextOccurrences(n int) []time.Time {
 	if n <= 0 {
 		return nil
 	}
-	return sc.Upcoming(c.RingAt, n)
+	out := []time.Time{c.RingAt}
+	if n == 1 {
+		return out
+	}
+	// the missed ones After picks are all those after its pick (the latest
+	// catch_up_limit, not past their deadline): the schedule goes on from it
+	if next, ok := sc.After(c.RingAt, now, c.Occurrences+1); ok {
+		out = append(out, sc.Upcoming(next, n-1)...)
+	}
+	return out
 }
 
 // Advance is what becomes of a recurring clock after its current

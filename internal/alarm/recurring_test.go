@@ -71,3 +71,47 @@ func TestRingByOfAReplayedOccurrence(t *testing.T) {
 		t.Errorf("after a resume: latest_ring_at %v, replayed attempts %d; want none", got.LatestRingAt, got.ReplayedAttempts)
 	}
 }
+
+// NextOccurrences at now lists what rings: the current occurrence, then,
+// when it is overdue, what the misfire rule makes of the missed ones after
+// it (skip: none; catch_up: the latest catch_up_limit), then the schedule
+// after now; max_occurrences caps the list. An occurrence on time lists
+// the schedule from it.
+func TestNextOccurrencesFollowTheMisfireRule(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 30, 0, time.UTC)
+	start := now.Add(-time.Hour).Truncate(time.Minute)
+	at := func(min int) time.Time { return now.Truncate(time.Minute).Add(time.Duration(min) * time.Minute) }
+	clock := func(sp schedule.Spec, ringAt time.Time, occurrences int) Clock {
+		sp = schedule.MustParse(sp).Spec()
+		return Clock{ID: 1, Status: StatusPending, Schedule: &sp, RingAt: ringAt, NextTryAt: ringAt, Occurrences: occurrences}
+	}
+	tests := []struct {
+		name string
+		c    Clock
+		want []time.Time
+	}{
+		{"on time", clock(schedule.Spec{Every: time.Minute, Start: start}, at(1), 0),
+			[]time.Time{at(1), at(2), at(3), at(4), at(5)}},
+		{"overdue, skip", clock(schedule.Spec{Every: time.Minute, Start: start}, at(-10), 0),
+			[]time.Time{at(-10), at(1), at(2), at(3), at(4)}},
+		{"overdue, catch_up 2", clock(schedule.Spec{Every: time.Minute, Start: start, Misfire: schedule.MisfireCatchUp, CatchUpLimit: 2}, at(-10), 0),
+			[]time.Time{at(-10), at(-1), at(0), at(1), at(2)}},
+		{"overdue, 2 occurrences left", clock(schedule.Spec{Every: time.Minute, Start: start, MaxOccurrences: 5}, at(-10), 3),
+			[]time.Time{at(-10), at(1)}},
+		{"overdue, the last one", clock(schedule.Spec{Every: time.Minute, Start: start, MaxOccurrences: 5}, at(-10), 4),
+			[]time.Time{at(-10)}},
+	}
+	for _, tt := range tests {
+		got := tt.c.NextOccurrences(now, 5)
+		if len(got) != len(tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+			continue
+		}
+		for i := range got {
+			if !got[i].Equal(tt.want[i]) {
+				t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+				break
+			}
+		}
+	}
+}

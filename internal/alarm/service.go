@@ -112,6 +112,9 @@ func (s *Service) Create(ctx context.Context, ins []CreateInput) []CreateResult 
 	return results
 }
 
+// Now is the time by the service's clock, the one its changes are made at.
+func (s *Service) Now() time.Time { return s.now() }
+
 // Get reads one clock.
 func (s *Service) Get(ctx context.Context, k Key) (Clock, error) {
 	if err := CheckKey(k); err != nil {

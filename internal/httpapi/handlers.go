@@ -320,7 +320,7 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, clockWithNextJSON(c))
+	writeJSON(w, http.StatusOK, clockWithNextJSON(c, a.svc.Now()))
 }
 
 func (a *api) cancel(w http.ResponseWriter, r *http.Request) {

@@ -60,13 +60,13 @@ type clockWithNext struct {
 	NextOccurrences []string `json:"next_occurrences,omitempty"`
 }
 
-func clockWithNextJSON(c alarm.Clock) any {
+func clockWithNextJSON(c alarm.Clock, now time.Time) any {
 	j := ClockJSON(c)
 	if c.Schedule == nil {
 		return j
 	}
 	out := clockWithNext{Clock: j, NextOccurrences: []string{}}
-	for _, t := range c.NextOccurrences(nextOccurrences) {
+	for _, t := range c.NextOccurrences(now, nextOccurrences) {
 		out.NextOccurrences = append(out.NextOccurrences, fmtTime(t))
 	}
 	return out

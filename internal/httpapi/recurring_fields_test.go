@@ -96,3 +96,39 @@ func TestOpenAPICatchUpLimitBoundsAreTheServers(t *testing.T) {
 		t.Errorf("catch_up_limit with bounds in %d places, want 4", seen)
 	}
 }
+
+// GET of a recurring clock whose current occurrence is overdue (clockd was
+// down across several occurrences: target_ring_at and next_try_time in
+// the past) lists in next_occurrences that occurrence, rung late, and
+// then, by misfire "skip", only occurrences after now: it listed the
+// missed ones in between, which never ring.
+func TestNextOccurrencesOfAnOverdueSkipClockAreInTheFuture(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	start := time.Now().Add(-time.Hour).UTC().Truncate(time.Minute)
+	c := e.mustClock(201, "POST", "/v1/clocks", body{"application": "order", "business_id": "overdue", "payload": "{}",
+		"schedule": body{"every": "1m", "start": start.Format(time.RFC3339)}})
+	overdue := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Minute)
+	e.exec("UPDATE clock SET target_ring_at = ?, next_try_time = ? WHERE id = ?", overdue.UnixMilli(), overdue.UnixMilli(), c.ID)
+	code, data := e.do("GET", "/v1/clocks/order/overdue", nil)
+	if code != 200 {
+		t.Fatalf("GET: %d %s", code, data)
+	}
+	var got struct {
+		Next []string `json:"next_occurrences"`
+	}
+	if err := json.Unmarshal(data, &got); err != nil || len(got.Next) != 5 {
+		t.Fatalf("next_occurrences: %s (%v)", data, err)
+	}
+	now := time.Now()
+	if at := parseTime(t, got.Next[0]); !at.Equal(overdue) {
+		t.Errorf("next_occurrences %v: the first is %s, want the overdue current one, %s", got.Next, got.Next[0], overdue)
+	}
+	for _, s := range got.Next[1:] {
+		if at := parseTime(t, s); at.Before(now) {
+			t.Errorf("next_occurrences %v: %s is past (%v ago) and will not ring (misfire skip continues after now)",
+				got.Next, s, now.Sub(at).Round(time.Second))
+			break
+		}
+	}
+}
