@@ -61,7 +61,7 @@ type Config struct {
 	Busy      func() bool
 	BusyShare float64
 	Pause     time.Duration
-	// LeaseTTL: a dead holder's lease is taken over within it.
+	// LeaseTTL: a dead holder's lease is taken over within 1.25 × it.
 	LeaseTTL time.Duration
 	// CountEvery: how often the holder counts clocks per status.
 	CountEvery time.Duration
@@ -217,7 +217,11 @@ func (j *Janitor) Run(ctx context.Context) error {
 			j.setHeld(false)
 		}
 	}()
-	renew := j.cfg.LeaseTTL / 3
+	// The holder renews every third of the TTL; an instance waiting for
+	// the lease tries it every quarter, as shard leases are tried, so that
+	// a dead holder's lease is taken within 1.25 × the TTL of its death
+	// (its last renewal + TTL, then at most one try).
+	renew, try := j.cfg.LeaseTTL/3, j.cfg.LeaseTTL/4
 	var lastRun time.Time
 	for {
 		if j.hold(ctx) && (lastRun.IsZero() || time.Since(lastRun) >= j.cfg.Interval) {
@@ -227,7 +231,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 				j.log.Warn("janitor run failed; retrying at the next run", "err", err)
 			}
 		}
-		wait := min(renew, j.cfg.Interval)
+		wait := min(try, j.cfg.Interval)
 		if j.Held() {
 			wait = min(renew, max(j.cfg.Interval-time.Since(lastRun), 0))
 		}
