@@ -95,6 +95,19 @@ func migrateDown(ctx context.Context, db *sqlx.DB, args []string, confirm bool, 
 		fmt.Fprintln(stdout, "no migration is applied: nothing to roll back")
 		return nil
 	}
+	// goose knows only this binary's migrations: on a schema a newer clockd
+	// migrated it would name this binary's newest as the database's and
+	// then fail with a bare "version not found". The newer migrations'
+	// Down statements are in the newer binary only.
+	have, want, err := mysql.SchemaVersions(ctx, db)
+	if err != nil {
+		return err
+	}
+	if have > want {
+		return fmt.Errorf("migrate %s refused: the schema is at version %d, newer than this clockd's newest migration %d; "+
+			"roll the newer migrations back with the clockd that applied them (its clockd migrate down-to %d) first; nothing was changed",
+			args[0], have, want, want)
+	}
 	current := applied[len(applied)-1]
 	var target int64
 	if args[0] == "down" {
