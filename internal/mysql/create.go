@@ -597,7 +597,7 @@ func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Conn, batch []item, toke
 	firstNew := make(map[alarm.Key]int)
 	var inserts []item
 	var insertPos, laters []int
-	var rearmed []int64 // finished clocks whose key gets a new clock
+	var rearmed []rearmedClock // finished clocks whose key gets a new clock
 	archived, err := s.archivedOf(ctx, tx, batch, existing)
 	if err != nil {
 		return nil, err
@@ -618,13 +618,13 @@ func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Conn, batch []item, toke
 				out[j] = res
 				continue
 			}
-			rearmed = append(rearmed, ex.ID)
+			rearmed = append(rearmed, rearmedClock{ex.clock(), it.req.now})
 		}
 		firstNew[k] = j
 		inserts = append(inserts, it)
 		insertPos = append(insertPos, j)
 	}
-	if _, err := archive(ctx, tx, rearmed, !s.cfg.NoHistory); err != nil {
+	if err := s.moveRearmed(ctx, tx, rearmed); err != nil {
 		return nil, fmt.Errorf("re-arm: %w", err)
 	}
 	if len(inserts) > 0 {
@@ -637,6 +637,57 @@ func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Conn, batch []item, toke
 		}
 	}
 	return out, nil
+}
+
+// rearmedClock is a finished clock whose key a create at now re-arms.
+type rearmedClock struct {
+	alarm.Clock
+	now time.Time
+}
+
+// moveRearmed moves the finished clocks of re-armed keys out of clock, to
+// clock_history. With history.keep 0 (NoHistory) it keeps there only those
+// still within the idempotency window of their creation: a retry of the
+// create that made one must find it (archivedOf), or it would set the
+// clock again and ring a second time. The key's history rows past the
+// window go in the same transaction, and the janitor deletes the rest with
+// the key's clock (MoveFinished), so that with keep 0 clock_history holds
+// only the clocks of live keys re-armed within the window.
+func (s *Store) moveRearmed(ctx context.Context, tx *sqlx.Conn, rearmed []rearmedClock) error {
+	if len(rearmed) == 0 {
+		return nil
+	}
+	if !s.cfg.NoHistory {
+		ids := make([]int64, len(rearmed))
+		for i, c := range rearmed {
+			ids[i] = c.ID
+		}
+		_, err := archive(ctx, tx, ids, true)
+		return err
+	}
+	var recent, old []int64
+	keys := make([]alarm.Key, 0, len(rearmed))
+	var since time.Time // the earliest window's start: rows created after it may serve a retry
+	for _, c := range rearmed {
+		from := c.now.Add(-max(s.cfg.IdempotencyWindow, 0))
+		if since.IsZero() || from.Before(since) {
+			since = from
+		}
+		if c.CreatedAt.After(from) {
+			recent = append(recent, c.ID)
+		} else {
+			old = append(old, c.ID)
+		}
+		keys = append(keys, alarm.Key{Application: c.Application, BusinessID: c.BusinessID})
+	}
+	if err := forgetHistory(ctx, tx, keys, since); err != nil {
+		return err
+	}
+	if _, err := archive(ctx, tx, recent, true); err != nil {
+		return err
+	}
+	_, err := archive(ctx, tx, old, false)
+	return err
 }
 
 // decide answers a create for a key whose clock ex exists, or says the key
@@ -657,7 +708,8 @@ func (s *Store) decide(n alarm.NewClock, ex alarm.Clock, now time.Time) (alarm.C
 // be the one the create is a retry of (retryOfArchived). One statement by
 // the key's index for the whole batch, and none when no create re-arms.
 func (s *Store) archivedOf(ctx context.Context, tx sqlx.QueryerContext, batch []item, existing map[alarm.Key]row) (map[alarm.Key][]alarm.Clock, error) {
-	if s.cfg.NoHistory || s.cfg.IdempotencyWindow <= 0 {
+	// with history.keep 0 too: moveRearmed keeps the clocks within the window
+	if s.cfg.IdempotencyWindow <= 0 {
 		return nil, nil
 	}
 	var keys []alarm.Key

@@ -68,6 +68,28 @@ func archive(ctx context.Context, tx sqlx.ExecerContext, ids []int64, history bo
 	return n, nil
 }
 
+// forgetHistory deletes the clocks of keys from clock_history (history.keep
+// 0): those created at or before `before`, or all of them when before is
+// zero. It reads the keys' rows by (application, business_id,
+// occurrence_of) in each partition; the caller's transaction holds the
+// keys' rows in clock.
+func forgetHistory(ctx context.Context, tx sqlx.ExecerContext, keys []alarm.Key, before time.Time) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("DELETE FROM clock_history WHERE ")
+	args := keyList(&b, nil, keys)
+	if !before.IsZero() {
+		b.WriteString(" AND create_time <= ?")
+		args = append(args, ms(before))
+	}
+	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("delete the history of %d keys: %w", len(keys), err)
+	}
+	return nil
+}
+
 // historyRow is a row of clock_history.
 type historyRow struct {
 	row
@@ -142,21 +164,36 @@ func (s *Store) MoveFinished(ctx context.Context, st alarm.Status, ids []int64, 
 	err = s.inBackgroundTx(ctx, func(tx *sqlx.Conn) error {
 		archived, deleted = 0, 0
 		var rows []struct {
-			ID         int64 `db:"id"`
-			UpdateTime int64 `db:"update_time"`
+			ID          int64  `db:"id"`
+			UpdateTime  int64  `db:"update_time"`
+			Application string `db:"application"`
+			BusinessID  string `db:"business_id"`
 		}
 		match, args := idMatch(ids)
 		args = append(args, string(st), ms(before))
-		if err := tx.SelectContext(ctx, &rows, "SELECT id, update_time FROM "+byID+" WHERE "+match+
+		if err := tx.SelectContext(ctx, &rows, "SELECT id, update_time, application, business_id FROM "+byID+" WHERE "+match+
 			" AND status = ? AND update_time < ? FOR UPDATE", args...); err != nil {
 			return fmt.Errorf("lock finished clocks: %w", err)
 		}
 		var keep, drop []int64
+		var keys []alarm.Key
 		for _, r := range rows {
 			if history && r.UpdateTime >= ms(dropBefore) {
 				keep = append(keep, r.ID)
 			} else {
 				drop = append(drop, r.ID)
+				keys = append(keys, alarm.Key{Application: r.Application, BusinessID: r.BusinessID})
+			}
+		}
+		// With history.keep 0 the key's earlier clocks go with it: those a
+		// re-arm kept for retries (moveRearmed), or archived while history
+		// was kept, in a day not dropped yet; GET would answer one of them
+		// as the key's clock. (With a keep, a clock is deleted only when its
+		// day is dropped, and its key's earlier clocks are in that day or
+		// before.)
+		if !history {
+			if err := forgetHistory(ctx, tx, keys, time.Time{}); err != nil {
+				return err
 			}
 		}
 		n, err := archive(ctx, tx, keep, true)
