@@ -15,6 +15,13 @@
 -- shared cores): 30 s on a clock_history of 10 M rows (2.3 GB of data),
 -- while a reader by key and a writer went on (slowest 49 and 55 ms);
 -- 2 s on 1 M rows (docs/benchmarks.md).
+--
+-- No rolling upgrade across it: releases before it read clock_history
+-- with FORCE INDEX (idx_clock_history_application_business_id), which
+-- fails once the index is dropped (500 to GET of a key not in clock, and
+-- to a cancel, reschedule or replay of an archived clock). Stop every
+-- instance of an earlier release before the first new one starts; clockd
+-- logs a WARN when it applies this while other instances are live.
 
 -- +goose Up
 ALTER TABLE clock_history

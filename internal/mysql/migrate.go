@@ -99,8 +99,29 @@ func migrateUpTo(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.D
 		// A string such as "1.52s", like every duration clockd logs: slog's
 		// JSON handler writes a time.Duration as integer nanoseconds.
 		log.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration.Round(time.Millisecond).String())
+		if r.Source.Version == historyKeyMigration {
+			warnOldInstances(ctx, db, log)
+		}
 	}
 	return nil
+}
+
+// historyKeyMigration (00013) drops the clock_history index that releases
+// before it name in FORCE INDEX: on the migrated schema they answer 500 to
+// every read of a clock from history (README, upgrading past 00013).
+const historyKeyMigration = 13
+
+// warnOldInstances says, once, which instances were live when 00013 was
+// applied: every one runs a release before it (a newer one does not start
+// on a schema it has not migrated) and fails those reads until stopped.
+func warnOldInstances(ctx context.Context, db *sqlx.DB, log *slog.Logger) {
+	live, err := LiveInstances(ctx, db)
+	if err != nil || len(live) == 0 {
+		return
+	}
+	log.Warn("migration 00013 applied while instances of an earlier release are live: they answer 500 to reads of "+
+		"clocks in history (GET of a key not in clock, and its cancel, reschedule or replay) until they are stopped",
+		"instances", live)
 }
 
 // MigrateDown rolls back every migration, dropping every table (tests).
