@@ -232,11 +232,13 @@ func endSession(ctx context.Context, db *sqlx.DB, sess session) error {
 		return fmt.Errorf("end thread %d: %w", sess.thread, err)
 	}
 	defer c.Close()
-	asked := time.Now()
 	var server string
 	if err := c.QueryRowContext(ctx, "SELECT "+sessionServer).Scan(&server); err != nil {
 		return fmt.Errorf("end thread %d: %w", sess.thread, err)
 	}
+	// asked right before the uptime: time spent on the query above would
+	// count as uptime and hide a restart (seen under a loaded test run)
+	asked := time.Now()
 	var name string
 	var uptime int64 // whole seconds, rounded down
 	if err := c.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Uptime'").Scan(&name, &uptime); err != nil {

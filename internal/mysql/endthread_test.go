@@ -94,7 +94,9 @@ func TestResolveKillsNoThreadOfARestartedServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // restarts within a second of learning are not told apart
+	// restarts within a second of learning are not told apart; the
+	// margin allows for a slow answer to the uptime query on a loaded machine
+	time.Sleep(2100 * time.Millisecond)
 	m.Kill()
 	m.Start()
 
