@@ -169,6 +169,7 @@ func (l *lane) closedByBroker() {
 	l.mu.Lock()
 	l.failLocked(reason)
 	l.mu.Unlock()
+	l.p.learnMaxBody(reason) // also when the lane was already failed
 	l.s.replace(l)
 }
 
@@ -464,12 +465,23 @@ func (l *lane) publish(ctx context.Context, b *batch, msgs []Message) stop {
 		l.mu.Unlock()
 
 		if _, err := l.c.PublishWithDeferredConfirm(l.p.cfg.Exchange, m.Application, true, false, pub); err != nil {
-			// amqp091 gave the tag back: take the entry back too, and
-			// give up on the lane, whose tag count is no longer certain.
+			// amqp091 gave the tag back: take the entry back too.
 			err = fmt.Errorf("%w: publish: %w", ErrUnavailable, err)
 			l.mu.Lock()
 			if l.dead == nil {
 				l.q.dropLast()
+				if l.c.IsClosed() && !l.s.conn.IsClosed() {
+					// The broker closed the channel under this batch (a
+					// message before this one refused as too large): the
+					// lane's goroutine reads why and decides, replacing the
+					// channel or killing the session. This message surely
+					// did not leave.
+					b.resolve(int32(i), notSent(err))
+					l.mu.Unlock()
+					return stop{i + 1, err}
+				}
+				// Otherwise give up on the lane, whose tag count is no
+				// longer certain.
 				b.resolve(int32(i), err)
 				l.dieLocked(err)
 			}
