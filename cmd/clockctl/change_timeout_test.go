@@ -1,8 +1,6 @@
 package main
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -13,15 +11,7 @@ import (
 // client package does) rather than only that no answer came, which reads
 // as "nothing happened" and invites a blind retry.
 func TestClockctlChangeCutByTimeoutSaysOutcomeUnknown(t *testing.T) {
-	release := make(chan struct{})
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(slow.Close)
-	t.Cleanup(func() { close(release) })
+	slow := silentServer(t)
 	r := ctl(slow.URL, "-timeout", "100ms", "cancel", "a", "b")
 	if r.code != 1 {
 		t.Fatalf("cancel cut by -timeout:\n%v", r)

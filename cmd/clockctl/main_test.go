@@ -632,7 +632,9 @@ func TestErrorSaidOnce(t *testing.T) {
 	}
 }
 
-func TestTimeout(t *testing.T) {
+// silentServer takes requests and never answers them (until the client
+// gives up or the test ends).
+func silentServer(t *testing.T) *httptest.Server {
 	release := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -642,6 +644,11 @@ func TestTimeout(t *testing.T) {
 	}))
 	t.Cleanup(slow.Close)
 	t.Cleanup(func() { close(release) })
+	return slow
+}
+
+func TestTimeout(t *testing.T) {
+	slow := silentServer(t)
 	r := clockctl(t, nil, "-addr", slow.URL, "-timeout", "50ms", "get", "a", "b")
 	if r.code != 1 || !strings.Contains(r.stderr, "no answer within 50ms") {
 		t.Fatalf("timeout:\n%v", r)

@@ -3,50 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/clockd/clockd/internal/alarm"
-	"github.com/clockd/clockd/internal/auth"
-	"github.com/clockd/clockd/internal/httpapi"
-	"github.com/clockd/clockd/internal/mysql"
-	"github.com/clockd/clockd/internal/testenv"
 )
-
-// realAPIOff is the real API (in process, on the test's own MySQL
-// database) with auth off over plain HTTP.
-func realAPIOff(t *testing.T) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db, err := mysql.Open(ctx, testenv.MySQLDSN(t), 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	log := slog.New(slog.DiscardHandler)
-	if err := mysql.Migrate(ctx, db, log); err != nil {
-		t.Fatal(err)
-	}
-	shards, err := mysql.SetupShards(ctx, db, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := mysql.NewStore(db, mysql.StoreConfig{Shards: shards, Logger: log})
-	t.Cleanup(store.Close)
-	as := mysql.NewAuthStore(db)
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{
-		Service: alarm.NewService(store, nil, time.Now, alarm.Limits{MaxPayloadBytes: 1 << 16}, 0), Logger: log,
-		Auth:   auth.New(as, auth.Config{Mode: auth.ModeOff}),
-		Quotas: auth.NewQuotas(as, auth.QuotaConfig{}),
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
 
 // ctl runs clockctl against addr.
 func ctl(addr string, args ...string) result {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/pem"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -25,6 +26,28 @@ const testAdmin = "clockctl-test-admin-token"
 // database; it returns its URL and the file of its CA certificate.
 func realAPI(t *testing.T) (string, string) {
 	t.Helper()
+	srv := httptest.NewUnstartedServer(realHandler(t, auth.Config{Mode: auth.ModeTokens, AdminToken: testAdmin}))
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return srv.URL, ca
+}
+
+// realAPIOff is the real API with auth off over plain HTTP.
+func realAPIOff(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(realHandler(t, auth.Config{Mode: auth.ModeOff}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// realHandler is the real API (in process, on the test's own MySQL
+// database) with authentication a.
+func realHandler(t *testing.T, a auth.Config) http.Handler {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	db, err := mysql.Open(ctx, testenv.MySQLDSN(t), 8)
@@ -43,17 +66,11 @@ func realAPI(t *testing.T) (string, string) {
 	store := mysql.NewStore(db, mysql.StoreConfig{Shards: shards, Logger: log})
 	t.Cleanup(store.Close)
 	as := mysql.NewAuthStore(db)
-	srv := httptest.NewTLSServer(httpapi.New(httpapi.Options{
+	return httpapi.New(httpapi.Options{
 		Service: alarm.NewService(store, nil, time.Now, alarm.Limits{MaxPayloadBytes: 1 << 16}, 0), Logger: log,
-		Auth:   auth.New(as, auth.Config{Mode: auth.ModeTokens, AdminToken: testAdmin}),
+		Auth:   auth.New(as, a),
 		Quotas: auth.NewQuotas(as, auth.QuotaConfig{}),
-	}))
-	t.Cleanup(srv.Close)
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return srv.URL, ca
+	})
 }
 
 func TestTokenCommands(t *testing.T) {

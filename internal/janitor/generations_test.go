@@ -72,25 +72,10 @@ func TestGetNeverAnswersAKeysOlderClockAfterRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := alarm.Key{Application: "app", BusinessID: "order-1"}
-	create := func(payload string, at time.Time) alarm.Clock {
-		t.Helper()
-		r := w.store.Create(ctx, []alarm.NewClock{{Application: key.Application, BusinessID: key.BusinessID, Payload: payload,
-			ContentType: "application/json", RingAt: at.Add(time.Minute)}}, at)
-		if r[0].Err != nil || !r[0].Created {
-			t.Fatalf("create: %+v", r[0])
-		}
-		return r[0].Clock
-	}
-	finish := func(id int64, st alarm.Status, at time.Time) {
-		t.Helper()
-		if _, err := w.db.Exec("UPDATE clock SET status = ?, update_time = ? WHERE id = ?", string(st), at.UnixMilli(), id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	older := create(`{"v":1}`, d0.Add(8*time.Hour))
-	finish(older.ID, alarm.StatusCancelled, d0.Add(9*time.Hour))
-	newer := create(`{"v":2}`, d0.Add(9*time.Hour+30*time.Minute)) // re-arms: older goes to history
-	finish(newer.ID, alarm.StatusRung, d0.Add(10*time.Hour))
+	older := w.createKey(t, key, `{"v":1}`, d0.Add(8*time.Hour))
+	w.finish(t, older.ID, alarm.StatusCancelled, d0.Add(9*time.Hour))
+	newer := w.createKey(t, key, `{"v":2}`, d0.Add(9*time.Hour+30*time.Minute)) // re-arms: older goes to history
+	w.finish(t, newer.ID, alarm.StatusRung, d0.Add(10*time.Hour))
 
 	// a day and a second after the newer one rang: past its retention
 	now.Set(d0.Add(34*time.Hour + time.Second))
@@ -188,5 +173,24 @@ func TestPartitionChangeRetriedAfterAPause(t *testing.T) {
 	}
 	if w.days(t) == "" {
 		t.Error("no history partitions after the pause")
+	}
+}
+
+// createKey creates key's clock with payload at at, due a minute later.
+func (w *world) createKey(t *testing.T, key alarm.Key, payload string, at time.Time) alarm.Clock {
+	t.Helper()
+	r := w.store.Create(context.Background(), []alarm.NewClock{{Application: key.Application, BusinessID: key.BusinessID,
+		Payload: payload, ContentType: "application/json", RingAt: at.Add(time.Minute)}}, at)
+	if r[0].Err != nil || !r[0].Created {
+		t.Fatalf("create: %+v", r[0])
+	}
+	return r[0].Clock
+}
+
+// finish sets clock id's status st, as of at.
+func (w *world) finish(t *testing.T, id int64, st alarm.Status, at time.Time) {
+	t.Helper()
+	if _, err := w.db.Exec("UPDATE clock SET status = ?, update_time = ? WHERE id = ?", string(st), at.UnixMilli(), id); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,46 +1,12 @@
 package mysql_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/internal/mysql"
 )
-
-// With history.keep 0 too, an identical create within
-// clock.idempotency_window of a finished clock's creation is a retry of the
-// create that made it, also after its key was re-armed: 200 with that
-// clock, and nothing rings a second time (README, Re-arming a key). The
-// re-arming create deleted the finished clock outright and the retry found
-// nothing, so it set the clock again; a re-arm now keeps a clock still in
-// its window in clock_history, where the retry looks.
-func TestRetryWithinWindowAfterARearmWithoutHistory(t *testing.T) {
-	t.Parallel()
-	s, db := historyStore(t, mysql.StoreConfig{IdempotencyWindow: 10 * time.Minute, NoHistory: true})
-	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	a := alarm.NewClock{Application: "order", BusinessID: "o-1", Payload: "A", ContentType: "text/plain", RingAt: t0.Add(time.Second)}
-	first := createOne(t, s, a, t0) // its answer is lost; it rings
-	if first.Err != nil || !first.Created {
-		t.Fatal(first)
-	}
-	finish(t, db, first.Clock.ID, alarm.StatusRung, t0.Add(time.Second))
-	b := a
-	b.Payload, b.RingAt = "B", t0.Add(time.Hour)
-	second := createOne(t, s, b, t0.Add(2*time.Second)) // another create re-arms the key
-	if second.Err != nil || !second.Created {
-		t.Fatal(second)
-	}
-	if _, err := s.Cancel(context.Background(), alarm.Key{Application: "order", BusinessID: "o-1"}, t0.Add(3*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	retry := createOne(t, s, a, t0.Add(5*time.Second)) // the first create's retry, 5 s later
-	if retry.Created || retry.Err != nil {
-		t.Fatalf("with history.keep 0, the retry of the first create 5 s later, within the 10 min window: created %v (clock %d, pending: "+
-			"it rings a second time), err %v; want 200 with clock %d, which rang already", retry.Created, retry.Clock.ID, retry.Err, first.Clock.ID)
-	}
-}
 
 // With history.keep 0 a re-arm keeps in clock_history only a clock that a
 // retry may still be for (created within the window), and deletes the

@@ -18,35 +18,43 @@ import (
 // first one again (201): it rang a second time within the window.
 func TestRetryWithinWindowAfterTheKeyWasRearmed(t *testing.T) {
 	t.Parallel()
-	s, db := historyStore(t, mysql.StoreConfig{IdempotencyWindow: 10 * time.Minute})
-	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	a := alarm.NewClock{Application: "order", BusinessID: "o-1", Payload: "A", ContentType: "text/plain", RingAt: t0.Add(time.Second)}
-	first := createOne(t, s, a, t0) // its answer is lost; it rings
-	if first.Err != nil || !first.Created {
-		t.Fatal(first)
-	}
-	finish(t, db, first.Clock.ID, alarm.StatusRung, t0.Add(time.Second))
-	b := a
-	b.Payload, b.RingAt = "B", t0.Add(time.Hour)
-	second := createOne(t, s, b, t0.Add(2*time.Second)) // another create re-arms the key
-	if second.Err != nil || !second.Created {
-		t.Fatal(second)
-	}
-	if _, err := s.Cancel(context.Background(), alarm.Key{Application: "order", BusinessID: "o-1"}, t0.Add(3*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	retry := createOne(t, s, a, t0.Add(5*time.Second)) // the first create's retry, 5 s later
-	if retry.Created || retry.Err != nil {
-		t.Fatalf("the retry of the first create, 5 s later within the 10 min window: created %v, clock %d, err %v; "+
-			"want 200 with clock %d (payload A), which rang already", retry.Created, retry.Clock.ID, retry.Err, first.Clock.ID)
-	}
-	if retry.Clock.ID != first.Clock.ID || !retry.Clock.Archived || retry.Clock.Status != alarm.StatusRung {
-		t.Errorf("the retry answered clock %d (%s, archived %v), want clock %d, rung, from history",
-			retry.Clock.ID, retry.Clock.Status, retry.Clock.Archived, first.Clock.ID)
-	}
-	// past the window, the same create re-arms the key
-	late := createOne(t, s, a, t0.Add(11*time.Minute))
-	if late.Err != nil || !late.Created {
-		t.Errorf("the same create past the window: created %v, err %v; want a new clock", late.Created, late.Err)
+	// With history.keep 0 the re-arming create deleted the finished clock
+	// outright and the retry found nothing: a re-arm now keeps a clock still
+	// in its window in clock_history, where the retry looks.
+	for _, noHistory := range []bool{false, true} {
+		t.Run(map[bool]string{false: "history kept", true: "history.keep 0"}[noHistory], func(t *testing.T) {
+			t.Parallel()
+			s, db := historyStore(t, mysql.StoreConfig{IdempotencyWindow: 10 * time.Minute, NoHistory: noHistory})
+			t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+			a := alarm.NewClock{Application: "order", BusinessID: "o-1", Payload: "A", ContentType: "text/plain", RingAt: t0.Add(time.Second)}
+			first := createOne(t, s, a, t0) // its answer is lost; it rings
+			if first.Err != nil || !first.Created {
+				t.Fatal(first)
+			}
+			finish(t, db, first.Clock.ID, alarm.StatusRung, t0.Add(time.Second))
+			b := a
+			b.Payload, b.RingAt = "B", t0.Add(time.Hour)
+			second := createOne(t, s, b, t0.Add(2*time.Second)) // another create re-arms the key
+			if second.Err != nil || !second.Created {
+				t.Fatal(second)
+			}
+			if _, err := s.Cancel(context.Background(), alarm.Key{Application: "order", BusinessID: "o-1"}, t0.Add(3*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			retry := createOne(t, s, a, t0.Add(5*time.Second)) // the first create's retry, 5 s later
+			if retry.Created || retry.Err != nil {
+				t.Fatalf("the retry of the first create, 5 s later within the 10 min window: created %v, clock %d, err %v; "+
+					"want 200 with clock %d (payload A), which rang already", retry.Created, retry.Clock.ID, retry.Err, first.Clock.ID)
+			}
+			if retry.Clock.ID != first.Clock.ID || !retry.Clock.Archived || retry.Clock.Status != alarm.StatusRung {
+				t.Errorf("the retry answered clock %d (%s, archived %v), want clock %d, rung, from history",
+					retry.Clock.ID, retry.Clock.Status, retry.Clock.Archived, first.Clock.ID)
+			}
+			// past the window, the same create re-arms the key
+			late := createOne(t, s, a, t0.Add(11*time.Minute))
+			if late.Err != nil || !late.Created {
+				t.Errorf("the same create past the window: created %v, err %v; want a new clock", late.Created, late.Err)
+			}
+		})
 	}
 }

@@ -11,28 +11,44 @@ import (
 	"time"
 )
 
+// brokerLoss is instance "a" among live instances of a lease store, with
+// a clock the test moves and a broker it takes away (brokerErr); its log
+// lines, as JSON, are in logs.
+type brokerLoss struct {
+	t         *testing.T
+	store     *leaseStore
+	m         *Manager
+	clock     atomic.Int64
+	brokerErr error
+	logs      bytes.Buffer
+}
+
+func newBrokerLoss(t *testing.T, live ...string) *brokerLoss {
+	b := &brokerLoss{t: t, store: newLeaseStore(4, live...)}
+	b.clock.Store(time.Unix(1_700_000_000, 0).UnixNano())
+	b.m = leaseManager(t, b.store, Config{
+		Now:     func() time.Time { return time.Unix(0, b.clock.Load()) },
+		CanRing: func() error { return b.brokerErr },
+		Logger:  slog.New(slog.NewJSONHandler(&b.logs, nil)),
+	})
+	return b
+}
+
+func (b *brokerLoss) round() { b.t.Helper(); roundAndWait(b.t, b.m) }
+
 // README, Operations, Logs: "Durations are strings such as "1.52s"." The
 // WARN an instance logs when it gives its shards up for want of a broker
 // carries how long the broker has been away ("for") as a time.Duration,
 // which slog's JSON handler (clockd's default log format) writes as integer
 // nanoseconds: "for":11000000000, not "for":"11s" (found by review).
 func TestBrokerLossLogDurationIsAString(t *testing.T) {
-	store := newLeaseStore(4, "a", "b")
-	var clock atomic.Int64
-	clock.Store(time.Unix(1_700_000_000, 0).UnixNano())
-	var buf bytes.Buffer
-	var brokerErr error
-	m := leaseManager(t, store, Config{
-		Now:     func() time.Time { return time.Unix(0, clock.Load()) },
-		CanRing: func() error { return brokerErr },
-		Logger:  slog.New(slog.NewJSONHandler(&buf, nil)),
-	})
-	round := func() { t.Helper(); roundAndWait(t, m) }
-	round()
-	brokerErr = errors.New("rabbitmq: connection refused")
-	round()
-	clock.Add(int64(11 * time.Second)) // past the lease TTL: the instance gives its shards up
-	round()
+	b := newBrokerLoss(t, "a", "b")
+	b.round()
+	b.brokerErr = errors.New("rabbitmq: connection refused")
+	b.round()
+	b.clock.Add(int64(11 * time.Second)) // past the lease TTL: the instance gives its shards up
+	b.round()
+	buf := b.logs
 
 	var found bool
 	for line := range strings.SplitSeq(buf.String(), "\n") {
@@ -67,27 +83,17 @@ func TestBrokerLossLogsAHandOverOnlyWhenOneHappens(t *testing.T) {
 		{[]string{"a"}, false},
 		{[]string{"a", "b"}, true},
 	} {
-		store := newLeaseStore(4, c.live...)
-		var clock atomic.Int64
-		clock.Store(time.Unix(1_700_000_000, 0).UnixNano())
-		var buf bytes.Buffer
-		var brokerErr error
-		m := leaseManager(t, store, Config{
-			Now:     func() time.Time { return time.Unix(0, clock.Load()) },
-			CanRing: func() error { return brokerErr },
-			Logger:  slog.New(slog.NewTextHandler(&buf, nil)),
-		})
-		round := func() { t.Helper(); roundAndWait(t, m) }
-		round()
-		held := len(store.held("a"))
-		brokerErr = errors.New("rabbitmq: connection refused")
-		round()
-		clock.Add(int64(11 * time.Second)) // past the lease TTL
-		round()
-		round()
-		brokerErr = nil
-		round()
-		logs := buf.String()
+		b := newBrokerLoss(t, c.live...)
+		b.round()
+		held := len(b.store.held("a"))
+		b.brokerErr = errors.New("rabbitmq: connection refused")
+		b.round()
+		b.clock.Add(int64(11 * time.Second)) // past the lease TTL
+		b.round()
+		b.round()
+		b.brokerErr = nil
+		b.round()
+		logs := b.logs.String()
 		if !strings.Contains(logs, "cannot publish to RabbitMQ") {
 			t.Errorf("%v: the broker's loss is not logged:\n%s", c.live, logs)
 		}
