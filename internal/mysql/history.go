@@ -321,8 +321,19 @@ func (s *Store) HoldLease(ctx context.Context, name, owner string, ttl time.Dura
 		return false, fmt.Errorf("hold lease %s: %w", name, mapErr(err))
 	}
 	var held bool
-	if err := s.db.GetContext(ctx, &held, "SELECT COUNT(*) FROM clock_lease WHERE name = ? AND owner = ? AND lease_until > "+dbNowMS,
-		name, owner); err != nil {
+	err = s.db.GetContext(ctx, &held, "SELECT owner <=> ? AND lease_until > "+dbNowMS+" FROM clock_lease WHERE name = ?",
+		owner, name)
+	if errors.Is(err, sql.ErrNoRows) {
+		// Its row was deleted (by hand: migrations make it): without it
+		// nobody would ever hold the lease, and nothing would say so. Make
+		// it again, free; the next round takes it.
+		if err := s.execRetry(ctx, "INSERT IGNORE INTO clock_lease (name) VALUES (?)", name); err != nil {
+			return false, fmt.Errorf("make lease %s again: %w", name, mapErr(err))
+		}
+		s.log.Warn("the lease's row was missing from clock_lease: made again", "lease", name)
+		return false, nil
+	}
+	if err != nil {
 		return false, fmt.Errorf("read lease %s: %w", name, mapErr(err))
 	}
 	return held, nil
