@@ -2,9 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,64 +14,12 @@ import (
 	"testing"
 	"time"
 
+	clockd "github.com/clockd/clockd/client"
 	"github.com/clockd/clockd/internal/testenv"
 )
 
 // h2Admin is the bootstrap admin token of the greedy-client test's clockd.
 const h2Admin = "h2-greedy-admin-token-0123456789"
-
-// h2Client is the HTTP client of rvCall (the default one; an HTTPS test sets
-// one that trusts its certificate).
-var h2Client = &http.Client{Timeout: 20 * time.Second}
-
-// h2Call sends one request with a bearer token and returns the status,
-// headers and body.
-func h2Call(t *testing.T, client *http.Client, method, url, token, body string) (int, http.Header, string) {
-	t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(data)
-}
-
-func h2CallD(t *testing.T, d *testenv.Clockd, method, path, token, body string) (int, http.Header, string) {
-	t.Helper()
-	return h2Call(t, h2Client, method, d.URL+path, token, body)
-}
-
-// h2Token makes an application token through the API at base.
-func h2Token(t *testing.T, client *http.Client, base, app string, scopes ...string) string {
-	t.Helper()
-	b, _ := json.Marshal(map[string]any{"application": app, "scopes": scopes})
-	code, _, body := h2Call(t, client, "POST", base+"/v1/tokens", h2Admin, string(b))
-	var tok struct {
-		Token string `json:"token"`
-	}
-	if err := json.Unmarshal([]byte(body), &tok); code != 201 || err != nil || tok.Token == "" {
-		t.Fatalf("create token for %s: %d %s", app, code, body)
-	}
-	return tok.Token
-}
-
-func h2TokenD(t *testing.T, d *testenv.Clockd, app string, scopes ...string) string {
-	t.Helper()
-	return h2Token(t, h2Client, d.URL, app, scopes...)
-}
 
 // h2Frame writes one HTTP/2 frame.
 func h2Frame(w io.Writer, typ, flags byte, stream uint32, payload []byte) error {
@@ -109,12 +58,12 @@ func TestHTTP2ClientsThatNeverReadLockOutNoOne(t *testing.T) {
 		"CLOCKD_LOG_LEVEL": "warn", "CLOCKD_INSTANCE_ID": testenv.Name("h2-"),
 		"CLOCKD_HTTP_TLS_CERT_FILE": certFile, "CLOCKD_HTTP_TLS_KEY_FILE": keyFile,
 		"CLOCKD_HTTP_MAX_CONCURRENT_REQUESTS": fmt.Sprint(slots)}))
-	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+	httpc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
 	base := "https://" + d.Addr
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		resp, err := client.Get(base + "/readyz")
+		resp, err := httpc.Get(base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -126,22 +75,37 @@ func TestHTTP2ClientsThatNeverReadLockOutNoOne(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	hog := h2Token(t, client, base, "hog", "read", "write")
-	victim := h2Token(t, client, base, "victim", "read", "write")
-	payload := strings.Repeat("x", 60<<10)
-	var items []string
+	// as clients, the API's own: one attempt each, so that a 503 shows
+	ctx := context.Background()
+	as := func(token string) *clockd.Client {
+		c, err := clockd.New(base, clockd.WithToken(token), clockd.WithHTTPClient(httpc), clockd.WithRetry(clockd.Retry{Attempts: 1}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	admin := as(h2Admin)
+	token := func(app string) string {
+		tok, err := admin.CreateToken(ctx, clockd.NewToken{Application: app, Scopes: []string{"read", "write"}})
+		if err != nil {
+			t.Fatalf("token for %s: %v", app, err)
+		}
+		return tok.Secret
+	}
+	hog, victim := token("hog"), as(token("victim"))
+	var pages []clockd.NewClock
 	for i := range 16 {
-		items = append(items, fmt.Sprintf(`{"application":"hog","business_id":"h-%d","payload":%q,"delay":"1h"}`, i, payload))
+		pages = append(pages, clockd.NewClock{Application: "hog", BusinessID: fmt.Sprintf("h-%d", i),
+			Payload: strings.Repeat("x", 60<<10), Delay: time.Hour})
 	}
-	if code, _, body := h2Call(t, client, "POST", base+"/v1/clocks/batch", hog, `{"clocks":[`+strings.Join(items, ",")+`]}`); code != 200 {
-		t.Fatalf("batch: %d %.300s", code, body)
+	if rs, err := as(hog).CreateBatch(ctx, pages); err != nil || rs[0].Err != nil {
+		t.Fatalf("batch: %v %+v", err, rs[0])
 	}
-	if code, _, body := h2Call(t, client, "POST", base+"/v1/clocks", victim,
-		`{"application":"victim","business_id":"v-1","payload":"{}","delay":"1h"}`); code != 201 {
-		t.Fatalf("victim create: %d %s", code, body)
+	if _, _, err := victim.Create(ctx, clockd.NewClock{Application: "victim", BusinessID: "v-1", Payload: "{}", Delay: time.Hour}); err != nil {
+		t.Fatalf("victim create: %v", err)
 	}
-	if code, _, body := h2Call(t, client, "GET", base+"/v1/clocks/victim/v-1", victim, ""); code != 200 {
-		t.Fatalf("victim GET before: %d %s", code, body)
+	if _, err := victim.Get(ctx, "victim", "v-1"); err != nil {
+		t.Fatalf("victim GET before: %v", err)
 	}
 
 	// the greedy client: one HTTP/2 connection, stream window 0
@@ -194,12 +158,19 @@ func TestHTTP2ClientsThatNeverReadLockOutNoOne(t *testing.T) {
 	var codes []int
 	busy := 0
 	for range 5 {
-		code, h, body := h2Call(t, client, "GET", base+"/v1/clocks/victim/v-1", victim, "")
-		codes = append(codes, code)
-		if code == 503 {
-			busy++
-			t.Logf("victim GET: 503 Retry-After %q %s", h.Get("Retry-After"), strings.TrimSpace(body))
+		code := http.StatusOK
+		if _, err := victim.Get(ctx, "victim", "v-1"); err != nil {
+			var ae *clockd.Error
+			if !errors.As(err, &ae) {
+				t.Fatalf("victim GET: %v", err)
+			}
+			code = ae.Status
+			if code == http.StatusServiceUnavailable {
+				busy++
+				t.Logf("victim GET: %v (Retry-After %v)", err, ae.RetryAfter)
+			}
 		}
+		codes = append(codes, code)
 		time.Sleep(200 * time.Millisecond)
 	}
 	if busy > 0 {

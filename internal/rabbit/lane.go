@@ -162,14 +162,19 @@ func (l *lane) run() {
 // exchange deleted) kills the session, which reconnects and declares again.
 func (l *lane) closedByBroker() {
 	reason := l.closeReason()
-	if brokerMaxBody(reason) == 0 || l.s.conn.IsClosed() {
+	n := brokerMaxBody(reason)
+	if n > 0 {
+		// learned before the unconfirmed messages fail, and also when the
+		// lane had failed already (a publish saw the channel closed first)
+		l.p.learnMaxBody(n)
+	}
+	if n == 0 || l.s.conn.IsClosed() {
 		l.die(reason)
 		return
 	}
 	l.mu.Lock()
 	l.failLocked(reason)
 	l.mu.Unlock()
-	l.p.learnMaxBody(reason) // also when the lane was already failed
 	l.s.replace(l)
 }
 
@@ -275,12 +280,12 @@ func (l *lane) dieLocked(reason error) {
 func (l *lane) failLocked(reason error) {
 	if l.dead == nil {
 		l.dead = fmt.Errorf("%w: %w", ErrUnavailable, reason)
-		// A message larger than the broker takes closed the channel:
-		// from now on such messages fail here, unsent, instead of closing
-		// a channel (and the connection, and every ring in flight on it)
-		// at each retry. The one that did it, and any other as large,
-		// failed an attempt; the rest of the lane is unknown as ever.
-		most := l.p.learnMaxBody(reason)
+		// A message larger than the broker takes closed the channel
+		// (closedByBroker learned the limit): from now on such messages
+		// fail in publish, unsent, instead of closing a channel at each
+		// retry. The one that did it, and any other as large, failed an
+		// attempt; the rest of the lane is unknown as ever.
+		most := int(l.p.maxBody.Load())
 		for l.q.len() > 0 {
 			e := l.q.pop()
 			err := l.dead
@@ -316,14 +321,13 @@ func brokerMaxBody(err error) int {
 	return n
 }
 
-// learnMaxBody keeps the limit a refusal names and says so, once per
-// limit learned; it returns the limit known (0: none).
-func (p *Publisher) learnMaxBody(reason error) int {
-	if n := brokerMaxBody(reason); n > 0 && p.maxBody.Swap(int64(n)) != int64(n) {
+// learnMaxBody keeps n, the limit a refusal named, and says so once per
+// limit learned.
+func (p *Publisher) learnMaxBody(n int) {
+	if p.maxBody.Swap(int64(n)) != int64(n) {
 		p.log.Warn("rabbitmq refuses messages larger than its max_message_size: clocks with larger payloads fail their attempts unsent until it is raised (and the broker restarted) or their payloads are made smaller",
 			"max_message_size", n)
 	}
-	return int(p.maxBody.Load())
 }
 
 func tooLarge(size, most int) error {

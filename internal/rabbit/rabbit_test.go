@@ -31,7 +31,12 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	url := testenv.AMQPURL(t)
+	return newFixtureAt(t, testenv.AMQPURL(t))
+}
+
+// newFixtureAt is newFixture on the broker at url (a private node).
+func newFixtureAt(t testing.TB, url string) *fixture {
+	t.Helper()
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatal(err)

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/clockd/clockd/internal/testenv"
 )
 
@@ -24,35 +22,11 @@ func TestRefusedMessageInALargeBatchKeepsTheConnection(t *testing.T) {
 	node := testenv.StartRabbitNode(t)
 	node.Ctl("eval", "application:set_env(rabbit, max_message_size, 4096).")
 
-	conn, err := amqp.Dial(node.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{url: node.URL(), exchange: testenv.Name("clockd_test_x_"), ch: ch}
-	if err := ch.ExchangeDeclare(f.exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	f := newFixtureAt(t, node.URL())
 	f.bind(t, "app")
 	for try := range 6 {
-		p, err := New(Config{URL: f.url, Exchange: f.exchange, ConnectionName: testenv.Name("clockd_test_"),
-			Channels: 1, ConfirmTimeout: 5 * time.Second,
-			ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond, Logger: testenv.Logger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rctx, stop := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- p.Run(rctx) }()
-		wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := p.WaitReady(wctx); err != nil {
-			t.Fatal(err)
-		}
-		wcancel()
+		r := start(t, f, func(c *Config) { c.Channels, c.ConfirmTimeout = 1, 5*time.Second })
+		p := r.p
 		s0 := p.sess.Load()
 
 		msgs := make([]Message, 500)
@@ -79,8 +53,7 @@ func TestRefusedMessageInALargeBatchKeepsTheConnection(t *testing.T) {
 			bad = true
 			t.Errorf("try %d: limit learned: %d, want 4096: the next retry closes a channel again", try, got)
 		}
-		stop()
-		<-done
+		r.cancel() // the test's cleanup waits for it
 		if bad {
 			return
 		}
