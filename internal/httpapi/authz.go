@@ -195,12 +195,13 @@ func settle(in alarm.CreateInput, live map[string]alarm.Clock) (res alarm.Create
 	if err != nil {
 		return res, false
 	}
-	if late != nil && !n.Same(c) {
+	res = alarm.AnswerExisting(n, c)
+	if late != nil && res.Err != nil {
 		// invalid as a new clock now, and not a retry of c's create: the
 		// quota's refusal stands, as for any create it refuses
-		return res, false
+		return alarm.CreateResult{}, false
 	}
-	return alarm.AnswerExisting(n, c), true
+	return res, true
 }
 
 // payloadQuota refuses a payload of a reschedule over its application's

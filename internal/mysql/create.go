@@ -327,14 +327,15 @@ func keyList(b *strings.Builder, args []any, keys []alarm.Key) []any {
 	return args
 }
 
-// commit commits the transaction open on c; an error that is not MySQL's
-// own answer leaves the outcome unknown (onConn names the session). The
-// COMMIT is a statement under ctx: Tx.Commit sends it with no deadline, and
-// a server that stalled then held the request for the driver's readTimeout
-// (30 s), past mysql.request_timeout + mysql.resolve_timeout.
-func commit(ctx context.Context, c *sqlx.Conn) error {
+// commit commits the transaction open on c, MySQL session sess (zero:
+// onConn names it); an error that is not MySQL's own answer leaves the
+// outcome unknown. The COMMIT is a statement under ctx: Tx.Commit sends it
+// with no deadline, and a server that stalled then held the request for
+// the driver's readTimeout (30 s), past mysql.request_timeout +
+// mysql.resolve_timeout.
+func commit(ctx context.Context, c *sqlx.Conn, sess session) error {
 	_, err := c.ExecContext(ctx, "COMMIT")
-	return commitErr(err, session{})
+	return commitErr(err, sess)
 }
 
 // commitErr is the error of a COMMIT sent on MySQL session sess: MySQL's
@@ -377,10 +378,9 @@ func (s *Store) insertFast(ctx context.Context, wc *writerConn, batch []item, to
 		wc.rollback()
 		return nil, err
 	}
-	if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
-		sess := wc.sess
+	if err := commit(ctx, c, wc.sess); err != nil {
 		wc.drop() // its transaction's state is unknown: never reuse it
-		return nil, commitErr(err, sess)
+		return nil, err
 	}
 	return out, nil
 }
@@ -609,11 +609,7 @@ func (s *Store) checkedTx(ctx context.Context, tx *sqlx.Conn, batch []item, toke
 			continue
 		}
 		if ex, ok := existing[k]; ok {
-			res, rearm := s.decide(*it.clock(), ex.clock(), it.req.now)
-			if rearm {
-				// a retry of a create whose clock was re-armed since
-				res, rearm = s.retryOfArchived(*it.clock(), archived[k], it.req.now)
-			}
+			res, rearm := s.answerFor(*it.clock(), ex.clock(), archived[k], it.req.now)
 			if !rearm {
 				out[j] = res
 				continue
@@ -749,6 +745,18 @@ func (s *Store) archivedOf(ctx context.Context, tx sqlx.QueryerContext, batch []
 	return out, nil
 }
 
+// answerFor is the answer to create n for a key whose clock is ex, and
+// whose earlier clocks in history are archived: decide's, or, when decide
+// would re-arm the key, that of a clock in history the create is a retry
+// of (its key re-armed since). rearm: neither answers, n makes a new clock.
+func (s *Store) answerFor(n alarm.NewClock, ex alarm.Clock, archived []alarm.Clock, now time.Time) (alarm.CreateResult, bool) {
+	res, rearm := s.decide(n, ex, now)
+	if rearm {
+		res, rearm = s.retryOfArchived(n, archived, now)
+	}
+	return res, rearm
+}
+
 // retryOfArchived answers a create that would re-arm its key when it is a
 // retry of the create of one of the key's earlier clocks, re-armed since
 // and so already in clock_history, within the idempotency window of that
@@ -792,10 +800,7 @@ func (s *Store) Identical(ctx context.Context, clocks []alarm.NewClock, now time
 		if !ok {
 			continue
 		}
-		res, rearm := s.decide(*it.clock(), ex.clock(), now)
-		if rearm {
-			res, rearm = s.retryOfArchived(*it.clock(), archived[it.key()], now)
-		}
+		res, rearm := s.answerFor(*it.clock(), ex.clock(), archived[it.key()], now)
 		if !rearm && res.Err == nil { // not a conflict: the create is identical
 			c := res.Clock
 			out[j] = &c

@@ -182,7 +182,9 @@ func (s *Store) MoveFinished(ctx context.Context, st alarm.Status, ids []int64, 
 				keep = append(keep, r.ID)
 			} else {
 				drop = append(drop, r.ID)
-				keys = append(keys, alarm.Key{Application: r.Application, BusinessID: r.BusinessID})
+				if !history {
+					keys = append(keys, alarm.Key{Application: r.Application, BusinessID: r.BusinessID})
+				}
 			}
 		}
 		// With history.keep 0 the key's earlier clocks go with it: those a

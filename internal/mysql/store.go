@@ -428,7 +428,7 @@ func (s *Store) runTx(ctx context.Context, fn func(tx *sqlx.Conn) error, backgro
 			cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
 			defer cancel()
 		}
-		return commit(cctx, c)
+		return commit(cctx, c, session{})
 	})
 }
 

@@ -136,12 +136,15 @@ func (s *AuthStore) token(ctx context.Context, where string, args ...any) (auth.
 // whose revocation had answered 503).
 func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (auth.Token, error) {
 	const q = "UPDATE clock_token SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
-	t, err := s.token(ctx, "id = ?", id)
-	if errors.Is(err, alarm.ErrNotFound) {
-		return auth.Token{}, fmt.Errorf("token %d: %w", id, alarm.ErrNotFound)
-	}
-	if err != nil {
+	fail := func(err error) (auth.Token, error) {
+		if errors.Is(err, alarm.ErrNotFound) {
+			return auth.Token{}, fmt.Errorf("token %d: %w", id, alarm.ErrNotFound)
+		}
 		return auth.Token{}, fmt.Errorf("revoke token %d: %w", id, err)
+	}
+	t, err := s.token(ctx, "id = ?", id)
+	if err != nil {
+		return fail(err)
 	}
 	readBack := func(ctx context.Context) (err error) {
 		t, err = s.token(ctx, "id = ?", id)
@@ -169,11 +172,8 @@ func (s *AuthStore) RevokeToken(ctx context.Context, id int64, now time.Time) (a
 		// revoked (or deleted) by someone else since the read: read again
 		err = resolveOn(ctx, s.db, s.resolveTimeout, slog.New(slog.DiscardHandler), "token", session{}, readBack)
 	}
-	if errors.Is(err, alarm.ErrNotFound) {
-		return auth.Token{}, fmt.Errorf("token %d: %w", id, alarm.ErrNotFound)
-	}
 	if err != nil {
-		return auth.Token{}, fmt.Errorf("revoke token %d: %w", id, err)
+		return fail(err)
 	}
 	return t, nil
 }

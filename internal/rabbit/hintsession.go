@@ -134,11 +134,17 @@ func (h *Hints) session(ctx context.Context, url string) (err error) {
 	}()
 	// why the channel closed: amqp091 sends it before it closes the
 	// consumer's and the listeners' channels
+	closedErr := func(what string, e *amqp.Error) error {
+		if e == nil {
+			return errors.New(what)
+		}
+		return fmt.Errorf("%s: %w", what, e)
+	}
 	chanErr := func(what string) error {
 		select {
 		case e := <-chClosed:
 			if e != nil {
-				return fmt.Errorf("hint channel closed: %w", e)
+				return closedErr("hint channel closed", e)
 			}
 		default:
 		}
@@ -151,15 +157,9 @@ func (h *Hints) session(ctx context.Context, url string) (err error) {
 		case <-ctx.Done():
 			return nil
 		case e := <-closed:
-			if e == nil {
-				return errors.New("connection closed")
-			}
-			return fmt.Errorf("connection closed: %w", e)
+			return closedErr("connection closed", e)
 		case e := <-chClosed:
-			if e == nil {
-				return errors.New("hint channel closed")
-			}
-			return fmt.Errorf("hint channel closed: %w", e)
+			return closedErr("hint channel closed", e)
 		case m, ok := <-msgs:
 			if !ok {
 				return chanErr("hint consumer closed")
