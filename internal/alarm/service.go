@@ -112,6 +112,24 @@ func (s *Service) Create(ctx context.Context, ins []CreateInput) []CreateResult 
 	return results
 }
 
+// Invalid is the error a create is refused with whatever the table holds
+// (a bad field, both ring_at and delay, ...), or nil. A time that has
+// passed is not such an error: a retry of the create that set the key's
+// clock is still answered by that clock. The API asks it before an
+// application's quota, so that an invalid create is answered 400 and
+// costs no quota (found by review: 429 with Retry-After for a create that
+// could never succeed, and a creates_per_second token spent on it).
+func (s *Service) Invalid(in CreateInput) error {
+	_, _, err := in.Resolve(s.now(), s.limits)
+	return err
+}
+
+// InvalidPatch is Invalid for a reschedule: the error its fields are
+// refused with whatever the clock is.
+func (s *Service) InvalidPatch(p PatchInput) error {
+	return p.Check(s.now(), s.limits)
+}
+
 // Now is the time by the service's clock, the one its changes are made at.
 func (s *Service) Now() time.Time { return s.now() }
 

@@ -258,10 +258,10 @@ func (in CreateInput) Resolve(now time.Time, lim Limits) (n NewClock, late, err 
 	if in.LatestRingAt == nil {
 		return n, nil, nil
 	}
+	// a given time is checked even when it is Go's zero time (year 1, what
+	// a zero time.Time is sent as): that is long past, not "no limit",
+	// which is null (found by review)
 	n.LatestRingAt = in.LatestRingAt.UTC().Truncate(time.Millisecond)
-	if n.LatestRingAt.IsZero() {
-		return n, nil, nil
-	}
 	if err := checkTime("latest_ring_at", n.LatestRingAt); err != nil {
 		return NewClock{}, nil, err
 	}
@@ -344,6 +344,12 @@ func (p PatchInput) Check(now time.Time, lim Limits) error {
 	}
 	if p.Payload != nil {
 		if err := checkPayload(*p.Payload, lim); err != nil {
+			return err
+		}
+	}
+	if p.LatestSet && p.LatestRingAt != nil {
+		// year 1 (Go's zero time) included: null, not that, clears the limit
+		if err := checkTime("latest_ring_at", *p.LatestRingAt); err != nil {
 			return err
 		}
 	}

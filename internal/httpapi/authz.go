@@ -225,6 +225,36 @@ func (a *api) payloadQuota(r *http.Request, app string, size int) error {
 	return nil
 }
 
+// admitPatch asks the application's max_payload_bytes for a reschedule's
+// payload. An invalid reschedule is answered 400 before the quota is read,
+// and one the quota refuses that could not change a clock (no such clock,
+// or one no longer pending) is let through to be answered 404 or 409 as
+// SPEC says, as admitReplay does (found by review: 429 with Retry-After
+// for a change that could never be made).
+func (a *api) admitPatch(r *http.Request, p alarm.PatchInput) error {
+	if a.quotas == nil {
+		return nil
+	}
+	if err := a.svc.InvalidPatch(p); err != nil {
+		return err
+	}
+	k := key(r)
+	refusal := a.payloadQuota(r, k.Application, len(*p.Payload))
+	if !errors.Is(refusal, auth.ErrResourceExhausted) {
+		return refusal // admitted, or the quota could not be read
+	}
+	c, err := a.svc.Get(r.Context(), k)
+	switch {
+	case errors.Is(err, alarm.ErrNotFound):
+		return nil
+	case err != nil:
+		return refusal
+	case c.Archived || c.Status != alarm.StatusPending:
+		return nil
+	}
+	return refusal
+}
+
 // admit checks the creates of a batch against their applications' quotas,
 // in request order: a create over a quota gets its 429 in results and is
 // left out of the returned inputs (and positions).

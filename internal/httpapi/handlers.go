@@ -201,6 +201,12 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	if a.quotas != nil {
+		if err := a.svc.Invalid(in); err != nil {
+			a.fail(w, r, err) // before the quota: it costs none
+			return
+		}
+	}
 	var res alarm.CreateResult
 	if err := a.admitOne(r, in); err != nil {
 		var settled bool
@@ -255,6 +261,9 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 			err = inItem(i, err)
 		} else {
 			err = a.allow(r, in.Application, auth.ScopeWrite)
+		}
+		if err == nil && a.quotas != nil {
+			err = a.svc.Invalid(in) // before the quota: it costs none
 		}
 		if err != nil {
 			results[i] = a.itemError(r, err)
@@ -356,7 +365,7 @@ func (a *api) reschedule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.Payload != nil {
-		if err := a.payloadQuota(r, key(r).Application, len(*p.Payload)); err != nil {
+		if err := a.admitPatch(r, p); err != nil {
 			a.fail(w, r, err)
 			return
 		}

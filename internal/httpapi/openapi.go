@@ -15,7 +15,7 @@ var openAPIDoc []byte
 // OpenAPI returns the OpenAPI 3.1 document served at GET /v1/openapi.json.
 func OpenAPI() []byte { return append([]byte(nil), openAPIDoc...) }
 
-// openAPI serves the document; it is open (documentation, no token).
+// openAPI serves the document, to any valid token, as every call under /v1.
 func (a *api) openAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "public, max-age=300")
