@@ -267,6 +267,7 @@ func Load(path string, getenv func(string) string) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("config: %w", err)
 		}
+		data = zeroDurations(data)
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
@@ -380,11 +381,54 @@ func nameKeys(data []byte, err error) error {
 // yaml.v3 decodes "shards: 7.99" into an int as 7, silently. The
 // environment needs no such check: strconv.Atoi refuses "7.99".
 func wholeNumbers(data []byte) error {
+	var msgs []string
+	eachValue(data, func(key string, t reflect.Type, v *yaml.Node, line int) {
+		if isInteger(t) && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
+			msgs = append(msgs, fmt.Sprintf("line %d: %s: must be a whole number, got %s", line, key, v.Value))
+		}
+	})
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; ")) // as nameKeys joins yaml.v3's
+}
+
+// zeroDurations rewrites a plain 0 written for a duration key as 0s:
+// config/clockd.yaml documents 0 for history.keep, clock.idempotency_window
+// and ring.record_gap, and the environment takes it, but yaml.v3 refuses a
+// number for a time.Duration (found by review: clockd would not start with
+// the file's own "keep: 0"). Only 0 means the same in every unit; any
+// other number is still refused, naming its key. The rewrite keeps every
+// line where it was, so that errors name the file's own lines.
+func zeroDurations(data []byte) []byte {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	changed := false
+	eachValue(data, func(_ string, t reflect.Type, v *yaml.Node, _ int) {
+		if t != reflect.TypeFor[time.Duration]() || v.Kind != yaml.ScalarNode || v.Style != 0 ||
+			v.ShortTag() != "!!int" || v.Value != "0" || v.Line < 1 || v.Line > len(lines) {
+			return
+		}
+		l, col := lines[v.Line-1], v.Column-1
+		if col < 0 || col >= len(l) || l[col] != '0' {
+			return
+		}
+		lines[v.Line-1] = append(append(append([]byte{}, l[:col+1]...), 's'), l[col+1:]...)
+		changed = true
+	})
+	if !changed {
+		return data
+	}
+	return bytes.Join(lines, nil)
+}
+
+// eachValue calls visit with each value of the YAML document data whose
+// key is a field of Config, with the field's dotted key, its type and the
+// line of the value (an alias's own line; v is what it points at).
+func eachValue(data []byte, visit func(key string, t reflect.Type, v *yaml.Node, line int)) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
-		return err
+		return // the decoder reports it
 	}
-	var msgs []string
 	var walk func(n *yaml.Node, t reflect.Type, prefix string)
 	walk = func(n *yaml.Node, t reflect.Type, prefix string) {
 		if n.Kind == yaml.AliasNode {
@@ -410,25 +454,18 @@ func wholeNumbers(data []byte) error {
 				continue
 			}
 			key := prefix + k.Value
-			switch {
-			case f.Kind() == reflect.Struct:
+			if f.Kind() == reflect.Struct {
 				walk(v, f, key+".")
-			case isInteger(f):
-				line := v.Line // of the key's value, an alias or not
-				if v.Kind == yaml.AliasNode {
-					v = v.Alias
-				}
-				if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
-					msgs = append(msgs, fmt.Sprintf("line %d: %s: must be a whole number, got %s", line, key, v.Value))
-				}
+				continue
 			}
+			line := v.Line // of the key's value, an alias or not
+			if v.Kind == yaml.AliasNode {
+				v = v.Alias
+			}
+			visit(key, f, v, line)
 		}
 	}
 	walk(doc.Content[0], reflect.TypeFor[Config](), "")
-	if len(msgs) == 0 {
-		return nil
-	}
-	return errors.New(strings.Join(msgs, "; ")) // as nameKeys joins yaml.v3's
 }
 
 // fieldOf is the type of the field of struct t whose yaml key is key.

@@ -1,0 +1,55 @@
+package config_test
+
+// Found by a review against SPEC.md; the test failed on the code before its fix.
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clockd/clockd/internal/config"
+)
+
+// config/clockd.yaml documents "0" as a value of several duration keys
+// (history.keep "0: no history", clock.idempotency_window "0: every create
+// for a finished key sets a new clock", ring.record_gap "0 = no wait"), and
+// README's table says CLOCKD_HISTORY_KEEP "0 = no history". The variable
+// takes 0, but the same 0 written in the YAML file stops clockd at start:
+// yaml.v3 refuses a plain integer for a time.Duration ("cannot unmarshal
+// !!int `0` into time.Duration"), so an operator who follows the file's own
+// comment cannot start clockd with it.
+func TestDocumentedZeroDurationsWorkInTheFile(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		yaml string
+		get  func(config.Config) time.Duration
+	}{
+		{"history:\n  keep: 0\n", func(c config.Config) time.Duration { return c.History.Keep }},
+		{"clock:\n  idempotency_window: 0\n", func(c config.Config) time.Duration { return c.Clock.IdempotencyWindow }},
+		{"ring:\n  record_gap: 0\n", func(c config.Config) time.Duration { return c.Ring.RecordGap }},
+	} {
+		c, err := config.Load(writeYAML(t, tt.yaml), noEnv)
+		if err != nil {
+			t.Errorf("%q, a value config/clockd.yaml documents: Load: %v", tt.yaml, err)
+			continue
+		}
+		if got := tt.get(c); got != 0 {
+			t.Errorf("%q: got %s, want 0", tt.yaml, got)
+		}
+	}
+	// the environment takes the same value
+	c, err := config.Load("", envOf(map[string]string{"CLOCKD_HISTORY_KEEP": "0"}))
+	if err != nil || c.History.Keep != 0 {
+		t.Errorf("CLOCKD_HISTORY_KEEP=0: %v, keep %s", err, c.History.Keep)
+	}
+}
+
+// A number other than 0 for a duration key is still refused, naming the key
+// and the file's own line (the 0 rewrite keeps lines where they were).
+func TestOtherNumbersForADurationAreRefusedByKeyAndLine(t *testing.T) {
+	t.Parallel()
+	_, err := config.Load(writeYAML(t, "history:\n  keep: 0\nring:\n  record_gap: 30\n"), noEnv)
+	if err == nil || !strings.Contains(err.Error(), "line 4") || !strings.Contains(err.Error(), "ring.record_gap") {
+		t.Errorf("record_gap: 30 (no unit) after keep: 0: %v; want a refusal naming line 4 and ring.record_gap", err)
+	}
+}
