@@ -38,7 +38,13 @@ func PrepareDSN(dsn string) (*mysql.Config, error) {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params["time_zone"] = "'+00:00'"
-	cfg.Collation = "utf8mb4_bin"
+	// utf8mb4 whatever the DSN's charset: SET NAMES utf8 COLLATE
+	// utf8mb4_bin is refused by the server (Error 1253), so a DSN with
+	// charset=utf8, common in other Go services' DSNs, kept clockd from
+	// starting with an error naming neither (found by review)
+	if err := cfg.Apply(mysql.Charset("utf8mb4", "utf8mb4_bin")); err != nil {
+		return nil, fmt.Errorf("mysql dsn: %w", err)
+	}
 	// goose reads goose_db_version.tstamp (a TIMESTAMP) into a time.Time;
 	// clockd's own times are integers and unaffected.
 	cfg.ParseTime = true
