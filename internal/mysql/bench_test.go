@@ -36,7 +36,7 @@ func benchStore(b *testing.B) *Store {
 	b.Cleanup(s.Close)
 	// as in a cluster of this version: clocks are written with room for
 	// their claim (claim_token 0)
-	if err := s.Heartbeat(ctx, "bench", "", time.Now(), time.Hour, true); err != nil {
+	if _, err := s.Heartbeat(ctx, "bench", "", time.Now(), time.Hour, true, 10*time.Second); err != nil {
 		b.Fatal(err)
 	}
 	return s

@@ -105,7 +105,7 @@ func TestConsoleReads(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := s.Heartbeat(ctx, "i-1", "127.0.0.1:1", now, time.Minute, true); err != nil {
+	if _, err := s.Heartbeat(ctx, "i-1", "127.0.0.1:1", now, time.Minute, true, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	inst, leases, dbNow, err := s.Instances(ctx)
@@ -122,7 +122,7 @@ func TestConsoleReads(t *testing.T) {
 
 	// An instance that cannot ring is live but takes no part in the
 	// shares; its next heartbeat that can ring puts it back.
-	if err := s.Heartbeat(ctx, "i-2", "127.0.0.1:2", now, time.Minute, false); err != nil {
+	if _, err := s.Heartbeat(ctx, "i-2", "127.0.0.1:2", now, time.Minute, false, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if ids, err := s.RingingInstances(ctx); err != nil || !slices.Equal(ids, []string{"i-1"}) {
@@ -132,10 +132,34 @@ func TestConsoleReads(t *testing.T) {
 	if err != nil || len(inst) != 2 || inst[1].ID != "i-2" || inst[1].Rings {
 		t.Errorf("Instances with i-2 unable to ring: %+v, %v", inst, err)
 	}
-	if err := s.Heartbeat(ctx, "i-2", "127.0.0.1:2", now, time.Minute, true); err != nil {
+	if _, err := s.Heartbeat(ctx, "i-2", "127.0.0.1:2", now, time.Minute, true, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if ids, err := s.RingingInstances(ctx); err != nil || !slices.Equal(ids, []string{"i-1", "i-2"}) {
 		t.Errorf("RingingInstances with both able to ring = %v, %v", ids, err)
+	}
+}
+
+// The heartbeat answers the largest preload window of the live instances:
+// a create for another instance's shard is hinted within it.
+func TestHeartbeatAnswersTheLargestLiveWindow(t *testing.T) {
+	t.Parallel()
+	s, _ := historyStore(t, mysql.StoreConfig{})
+	ctx := context.Background()
+	now := time.Now()
+	if w, err := s.Heartbeat(ctx, "w-1", "", now, time.Minute, true, 2*time.Second); err != nil || w != 2*time.Second {
+		t.Fatalf("alone: %s, %v; want 2s", w, err)
+	}
+	if w, err := s.Heartbeat(ctx, "w-2", "", now, time.Minute, true, 10*time.Second); err != nil || w != 10*time.Second {
+		t.Fatalf("with a 10 s peer: %s, %v; want 10s", w, err)
+	}
+	if w, err := s.Heartbeat(ctx, "w-1", "", now, time.Minute, true, 2*time.Second); err != nil || w != 10*time.Second {
+		t.Fatalf("w-1 again: %s, %v; want 10s (w-2's)", w, err)
+	}
+	if err := s.Leave(ctx, "w-2"); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := s.Heartbeat(ctx, "w-1", "", now, time.Minute, true, 2*time.Second); err != nil || w != 2*time.Second {
+		t.Fatalf("after w-2 left: %s, %v; want 2s", w, err)
 	}
 }

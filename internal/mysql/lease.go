@@ -14,23 +14,30 @@ import (
 // clock (dbNowMS) so that instances need not agree on the time.
 
 // Heartbeat records that the instance is alive until now+ttl, whether it
-// can ring (publish to RabbitMQ), and that it reads claim_token 0 as "not
-// claimed" (claim_room). It then learns whether every live instance does
-// (see unclaimedToken): an instance of an earlier version leaves
-// claim_room at 0.
-func (s *Store) Heartbeat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration, rings bool) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO clock_instance (instance_id, http_addr, started_at, expires_at, rings, claim_room)
-		VALUES (?, ?, ?, `+dbNowMS+` + ?, ?, 1)
+// can ring (publish to RabbitMQ), its preload window, and that it reads
+// claim_token 0 as "not claimed" (claim_room). It then learns whether
+// every live instance does (see unclaimedToken): an instance of an earlier
+// version leaves claim_room at 0. It returns the largest preload window of
+// the live instances (0 when none says): a create for a shard another
+// instance owns is hinted to the owner when due within it.
+func (s *Store) Heartbeat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration, rings bool, window time.Duration) (time.Duration, error) {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO clock_instance (instance_id, http_addr, started_at, expires_at, rings, claim_room, preload_window_ms)
+		VALUES (?, ?, ?, `+dbNowMS+` + ?, ?, 1, ?)
 		ON DUPLICATE KEY UPDATE http_addr = VALUES(http_addr), started_at = VALUES(started_at), expires_at = VALUES(expires_at),
-		  rings = VALUES(rings), claim_room = 1`,
-		instanceID, httpAddr, ms(started), ttl.Milliseconds(), rings)
+		  rings = VALUES(rings), claim_room = 1, preload_window_ms = VALUES(preload_window_ms)`,
+		instanceID, httpAddr, ms(started), ttl.Milliseconds(), rings, window.Milliseconds())
 	if err != nil {
-		return fmt.Errorf("heartbeat: %w", mapErr(err))
+		return 0, fmt.Errorf("heartbeat: %w", mapErr(err))
 	}
-	var without int
-	if err := s.db.GetContext(ctx, &without, "SELECT COUNT(*) FROM clock_instance WHERE expires_at > "+dbNowMS+" AND claim_room = 0"); err != nil {
-		return fmt.Errorf("heartbeat: %w", mapErr(err))
+	var live struct {
+		Without  int   `db:"without_room"`
+		WindowMS int64 `db:"window_ms"`
 	}
+	if err := s.db.GetContext(ctx, &live, "SELECT COALESCE(SUM(claim_room = 0), 0) AS without_room, COALESCE(MAX(preload_window_ms), 0) AS window_ms "+
+		"FROM clock_instance WHERE expires_at > "+dbNowMS); err != nil {
+		return 0, fmt.Errorf("heartbeat: %w", mapErr(err))
+	}
+	without := live.Without
 	// said once when instances of an earlier version appear and once when
 	// the last of them is gone (an upgrade or a rollback in progress)
 	if was := s.olderLive.Swap(int64(without)); (was > 0) != (without > 0) {
@@ -41,7 +48,7 @@ func (s *Store) Heartbeat(ctx context.Context, instanceID, httpAddr string, star
 			s.log.Info("every live instance is of this version: new clocks are written with room for their claim")
 		}
 	}
-	return nil
+	return time.Duration(live.WindowMS) * time.Millisecond, nil
 }
 
 // RingingInstances lists, sorted, the instances whose heartbeat has not

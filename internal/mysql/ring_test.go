@@ -39,7 +39,7 @@ func oneShardStoreUnannounced(t *testing.T, cfg mysql.StoreConfig) (*mysql.Store
 
 func heartbeat(t *testing.T, s *mysql.Store, instance string) {
 	t.Helper()
-	if err := s.Heartbeat(context.Background(), instance, "", time.Now(), time.Minute, true); err != nil {
+	if _, err := s.Heartbeat(context.Background(), instance, "", time.Now(), time.Minute, true, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -168,9 +168,11 @@ func (m *Manager) round(ctx context.Context) error {
 	start := time.Now() // local monotonic time the renewal is counted from
 	ttl := m.cfg.LeaseTTL
 	st := m.brokerState()
-	if err := m.store.Heartbeat(ctx, m.cfg.InstanceID, m.cfg.HTTPAddr, m.started, ttl, st == ringing); err != nil {
+	peerWindow, err := m.store.Heartbeat(ctx, m.cfg.InstanceID, m.cfg.HTTPAddr, m.started, ttl, st == ringing, m.cfg.Window)
+	if err != nil {
 		return err
 	}
+	m.peerWindow.Store(int64(peerWindow))
 	if m.cfg.Report != nil {
 		if err := m.cfg.Report(ctx); err != nil {
 			m.log.Debug("instance stats not written", "err", err)

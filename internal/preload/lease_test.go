@@ -46,11 +46,11 @@ func (s *leaseStore) LoadDue(context.Context, int, time.Time, int64, time.Time, 
 	return nil, nil
 }
 
-func (s *leaseStore) Heartbeat(_ context.Context, id, _ string, _ time.Time, _ time.Duration, rings bool) error {
+func (s *leaseStore) Heartbeat(_ context.Context, id, _ string, _ time.Time, _ time.Duration, rings bool, _ time.Duration) (time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.mute[id] = !rings
-	return nil
+	return 0, nil
 }
 
 func (s *leaseStore) RingingInstances(context.Context) ([]string, error) {
