@@ -18,6 +18,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"gopkg.in/yaml.v3"
+
+	"github.com/clockd/clockd/internal/ring"
 )
 
 // Config is the whole configuration; config/clockd.yaml documents each key.
@@ -709,6 +711,16 @@ func (c Config) Validate() error {
 	}
 	if c.Cluster.LeaseTTL < time.Second {
 		bad("cluster.lease_ttl", "must be at least 1s, got %s", c.Cluster.LeaseTTL)
+	} else if margin := c.Ring.ClaimAheadMax + ring.DefaultMinLeaseLeft; c.Cluster.LeaseTTL < 2*margin {
+		// The ring loop claims a shard's clocks only while the lease has
+		// claim_ahead_max + 100ms left, and a lease renewed with less left
+		// counts as lapsed (its shard is read again). A renewal, every
+		// quarter TTL, finds about 0.55 TTL left: with a TTL under twice
+		// the margin every round re-read every shard's window, and at 2s
+		// with claim_ahead_max 2s nothing ever rang while /readyz said ok
+		// (found by review).
+		bad("cluster.lease_ttl", "must be at least twice ring.claim_ahead_max + %s (%s), got %s; lower ring.claim_ahead_max or raise the TTL",
+			ring.DefaultMinLeaseLeft, 2*margin, c.Cluster.LeaseTTL)
 	}
 	if c.HTTP.ReadTimeout < 100*time.Millisecond {
 		bad("http.read_timeout", "must be at least 100ms, got %s", c.HTTP.ReadTimeout)

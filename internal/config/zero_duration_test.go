@@ -53,3 +53,28 @@ func TestOtherNumbersForADurationAreRefusedByKeyAndLine(t *testing.T) {
 		t.Errorf("record_gap: 30 (no unit) after keep: 0: %v; want a refusal naming line 4 and ring.record_gap", err)
 	}
 }
+
+// A lease TTL under twice ring.claim_ahead_max + 100ms is refused, naming
+// both keys: with it, every lease round re-read every shard's window, or
+// (claim_ahead_max 2s, TTL 2s) nothing ever rang while /readyz said ok.
+func TestLeaseTTLUnderTwiceTheClaimMarginIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		env map[string]string
+		ok  bool
+	}{
+		{map[string]string{"CLOCKD_LEASE_TTL": "2s"}, false},
+		{map[string]string{"CLOCKD_LEASE_TTL": "2s", "CLOCKD_RING_CLAIM_AHEAD": "2s", "CLOCKD_RING_CLAIM_AHEAD_MAX": "2s"}, false},
+		{map[string]string{"CLOCKD_LEASE_TTL": "2200ms"}, true},
+		{map[string]string{"CLOCKD_LEASE_TTL": "2s", "CLOCKD_RING_CLAIM_AHEAD_MAX": "200ms"}, true},
+		{map[string]string{"CLOCKD_LEASE_TTL": "3s"}, true},
+	} {
+		_, err := config.Load("", envOf(tt.env))
+		switch {
+		case tt.ok && err != nil:
+			t.Errorf("%v: %v; want it accepted", tt.env, err)
+		case !tt.ok && (err == nil || !strings.Contains(err.Error(), "cluster.lease_ttl") || !strings.Contains(err.Error(), "ring.claim_ahead_max")):
+			t.Errorf("%v: %v; want a refusal naming cluster.lease_ttl and ring.claim_ahead_max", tt.env, err)
+		}
+	}
+}
