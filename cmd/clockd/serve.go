@@ -55,6 +55,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// this process's own settings first (TLS files; http.addr was checked
+	// with the configuration): a bad one is refused before the database is
+	// created or migrated (found by review: a typo in a certificate path
+	// migrated the shared schema, then stopped)
+	srv, err := newServer(cfg, nil, log) // the handler is set below
+	if err != nil {
+		return err
+	}
 	db, err := mysql.Open(ctx, cfg.MySQL.DSN, cfg.MySQL.MaxOpenConns)
 	if err != nil {
 		return err
@@ -105,12 +113,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("amqp: %w", err)
 	}
-	srv, err := newServer(cfg, nil, log) // the handler is set below
-	if err != nil {
-		return err
-	}
-	// after the checks of this process's own settings (TLS files above):
-	// a bad one is told first
 	if err := checkInstanceID(ctx, store, cfg.Cluster.InstanceID, cfg.Cluster.LeaseTTL, log); err != nil {
 		return err
 	}
