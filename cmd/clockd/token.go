@@ -60,13 +60,21 @@ func tokenCommand(ctx context.Context, cfg config.Config, log *slog.Logger, args
 	}
 	pos := fs.Args()
 	open := func() (*auth.Authenticator, func(), error) {
-		// the schema first, on connections without a read timeout (an
-		// index build on a big table outlasts it)
-		if err := mysql.MigrateDSN(ctx, cfg.MySQL.DSN, log); err != nil {
-			return nil, nil, err
+		// the schema first, as serve does: migrated on connections without
+		// a read timeout (an index build on a big table outlasts it) when
+		// mysql.migrate_on_start is on, else only checked (found by review:
+		// the token commands migrated whatever the setting said)
+		if cfg.MySQL.MigrateOnStart {
+			if err := mysql.MigrateDSN(ctx, cfg.MySQL.DSN, log); err != nil {
+				return nil, nil, err
+			}
 		}
 		db, err := mysql.Open(ctx, cfg.MySQL.DSN, 4)
 		if err != nil {
+			return nil, nil, err
+		}
+		if err := checkSchema(ctx, db, log); err != nil {
+			db.Close()
 			return nil, nil, err
 		}
 		return auth.New(mysql.NewAuthStore(db), auth.Config{Logger: log}), func() { db.Close() }, nil
