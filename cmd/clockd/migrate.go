@@ -52,12 +52,16 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 		if err := mysql.MigrateDSNUpTo(ctx, cfg.MySQL.DSN, log, v); err != nil {
 			return err
 		}
-		have, _, err := mysql.SchemaVersions(ctx, db)
+		have, want, err := mysql.SchemaVersions(ctx, db)
 		if err != nil {
 			return err
 		}
 		if have > v {
 			fmt.Fprintf(stdout, "schema at version %d, past %d: nothing applied\n", have, v)
+			return nil
+		}
+		if have >= want {
+			fmt.Fprintf(stdout, "schema now at version %d, up to date\n", have)
 			return nil
 		}
 		fmt.Fprintf(stdout, "schema now at version %d; the migrations after it are pending (clockd migrate applies them)\n", have)
@@ -164,6 +168,14 @@ func migrationVersion(sub, arg string) (int64, error) {
 	v, err := strconv.ParseInt(arg, 10, 64)
 	if err != nil || v < 0 || arg != strconv.FormatInt(v, 10) || sub == "up-to" && v == 0 {
 		return 0, fmt.Errorf("migrate %s: version %q is not a migration number such as 13 (clockd migrate status lists them)", sub, arg)
+	}
+	// a version this binary has no migration of (a typo: up-to 40 for 4)
+	// is refused, not taken for "all of them" (found by review: up-to 40
+	// ran the table copy of 00005 that up-to 4 is there to avoid)
+	vs := mysql.MigrationVersions()
+	if v != 0 && !slices.Contains(vs, v) {
+		return 0, fmt.Errorf("migrate %s: this clockd has no migration %d (it has %d to %d; clockd migrate status lists them)",
+			sub, v, vs[0], vs[len(vs)-1])
 	}
 	return v, nil
 }

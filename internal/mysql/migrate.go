@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -211,6 +213,20 @@ func MigrationStatus(ctx context.Context, db *sqlx.DB) ([]*goose.MigrationStatus
 // and its MySQL table locker is a lease in an extra table, renewed by a
 // heartbeat and polled every few seconds; a named lock dies with its
 // connection, so a killed instance never leaves the schema locked.
+// MigrationVersions lists, ascending, the versions of the migrations this
+// binary holds.
+func MigrationVersions() []int64 {
+	entries, _ := fs.ReadDir(migrations.FS, ".")
+	var vs []int64
+	for _, e := range entries {
+		if v, err := goose.NumericComponent(e.Name()); err == nil {
+			vs = append(vs, v)
+		}
+	}
+	slices.Sort(vs)
+	return vs
+}
+
 func provider(db *sqlx.DB, log *slog.Logger, wait time.Duration) (*goose.Provider, error) {
 	p, err := goose.NewProvider(goose.DialectMySQL, db.DB, migrations.FS,
 		goose.WithSessionLocker(&schemaLock{log: log, wait: wait}))
