@@ -354,3 +354,43 @@ func TestRevokeUnansweredIsForgottenAllTheSame(t *testing.T) {
 		t.Errorf("a token revoked by an unanswered revocation, cached before: %v, want unauthenticated", err)
 	}
 }
+
+// While MySQL cannot be reached, a token this instance found valid within
+// the last hour is still taken (an operator's scrape must see
+// clockd_mysql_up 0); one never found valid, or found valid too long ago,
+// is not, and the token is looked up again once MySQL is back.
+func TestValidTokenOutlivesItsCacheWhileMySQLIsAway(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, clk := newFake(), &clock{t: time.Unix(1e9, 0)}
+	a := auth.New(st, auth.Config{Mode: auth.ModeTokens, CacheTTL: 5 * time.Second, Now: clk.now})
+	_, secret, err := a.CreateToken(ctx, auth.NewToken{Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, never, _ := a.CreateToken(ctx, auth.NewToken{Admin: true})
+	if _, err := a.Authenticate(ctx, "Bearer "+secret); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	st.down = true
+	st.mu.Unlock()
+	clk.add(30 * time.Minute)
+	if p, err := a.Authenticate(ctx, "Bearer "+secret); err != nil || !p.Admin {
+		t.Errorf("token found valid 30 min ago, MySQL away: %+v, %v; want it taken", p, err)
+	}
+	if _, err := a.Authenticate(ctx, "Bearer "+never); !errors.Is(err, alarm.ErrUnavailable) {
+		t.Errorf("token never looked up, MySQL away: %v; want unavailable", err)
+	}
+	clk.add(31 * time.Minute)
+	if _, err := a.Authenticate(ctx, "Bearer "+secret); !errors.Is(err, alarm.ErrUnavailable) {
+		t.Errorf("token found valid 61 min ago, MySQL away: %v; want unavailable", err)
+	}
+	st.mu.Lock()
+	st.down = false
+	n := st.lookups
+	st.mu.Unlock()
+	if _, err := a.Authenticate(ctx, "Bearer "+secret); err != nil || st.lookups != n+1 {
+		t.Errorf("MySQL back: %v, %d lookups; want the token looked up again and taken", err, st.lookups-n)
+	}
+}

@@ -90,6 +90,10 @@ func wellFormed(s string) bool {
 	return err == nil
 }
 
+// staleGrace is how long past its cache TTL a valid token's entry is
+// still taken while MySQL cannot be reached.
+const staleGrace = time.Hour
+
 type cached struct {
 	tok     Token
 	ok      bool // false: no such token, or revoked
@@ -208,9 +212,19 @@ func (a *Authenticator) byHash(ctx context.Context, hash [32]byte) (Principal, e
 		if ctx.Value(cachedOnlyKey{}) != nil && !(hit && c.ok) {
 			return Principal{}, ErrNeedsLookup
 		}
-		var err error
-		c, err = a.lookup(ctx, hash, now)
-		if err != nil {
+		fresh, err := a.lookup(ctx, hash, now)
+		switch {
+		case err == nil:
+			c = fresh
+		case hit && c.ok && now.Before(c.expires.Add(staleGrace)) &&
+			(errors.Is(err, alarm.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)):
+			// MySQL cannot be reached: a token found valid here within
+			// staleGrace is still taken. A revocation needs MySQL too (or
+			// reaches this instance over the broker, which forgets the
+			// token), and an operator's scrape must still see
+			// clockd_mysql_up 0 (found by review: /metrics answered 503
+			// during a MySQL outage, so ClockdMySQLDown could never fire).
+		default:
 			return Principal{}, err
 		}
 	}
