@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -71,6 +72,12 @@ func Open(ctx context.Context, dsn string, maxConns int) (*sqlx.DB, error) {
 }
 
 func open(ctx context.Context, cfg *mysql.Config, maxConns int) (*sqlx.DB, error) {
+	return openConnector(ctx, cfg, maxConns, nil)
+}
+
+// openConnector is open; rerun set makes it the migrations' pool (see
+// rerunConn).
+func openConnector(ctx context.Context, cfg *mysql.Config, maxConns int, rerun *slog.Logger) (*sqlx.DB, error) {
 	if err := createDatabase(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -78,7 +85,7 @@ func open(ctx context.Context, cfg *mysql.Config, maxConns int) (*sqlx.DB, error
 	if err != nil {
 		return nil, fmt.Errorf("mysql connector: %w", err)
 	}
-	db := sqlx.NewDb(sql.OpenDB(sessionConnector{Connector: connector, init: sessionInit}), "mysql")
+	db := sqlx.NewDb(sql.OpenDB(sessionConnector{Connector: connector, init: sessionInit, rerun: rerun}), "mysql")
 	if maxConns <= 0 {
 		maxConns = 32
 	}
