@@ -51,7 +51,7 @@ func MigrateDSNUpTo(ctx context.Context, dsn string, log *slog.Logger, version i
 		return err
 	}
 	cfg.ReadTimeout, cfg.WriteTimeout = 0, 0
-	db, err := open(ctx, cfg, 2)
+	db, err := openConnector(ctx, cfg, 2, log)
 	if err != nil {
 		return err
 	}
@@ -78,6 +78,25 @@ func migrateUpTo(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.D
 	// instance is still creating it (seen once in CI with four instances
 	// started at once: the table visible, its version-0 row not yet):
 	// look again shortly rather than fail the start.
+	// Migrations run on connections without a read timeout (an index
+	// build on a big table takes minutes): said every 30 s while they run,
+	// so that a start waiting on a MySQL that answers nothing is not
+	// silent (found by review: not one line in 150 s).
+	stop := make(chan struct{})
+	defer close(stop)
+	go func(began time.Time) {
+		t := time.NewTicker(migrationNotice)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				log.Warn("migrations still running: an index build on a large table takes minutes; a MySQL that answers nothing is waited for",
+					"after", time.Since(began).Round(time.Second).String())
+			}
+		}
+	}(time.Now())
 	var res []*goose.MigrationResult
 	for attempt := 1; ; attempt++ {
 		res, err = up(ctx)
@@ -107,6 +126,9 @@ func migrateUpTo(ctx context.Context, db *sqlx.DB, log *slog.Logger, wait time.D
 	}
 	return nil
 }
+
+// migrationNotice is how often running migrations are said to be running.
+const migrationNotice = 30 * time.Second
 
 // historyKeyMigration (00013) drops the clock_history index that releases
 // before it name in FORCE INDEX: on the migrated schema they answer 500 to
