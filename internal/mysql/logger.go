@@ -5,8 +5,11 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/clockd/clockd/internal/lograte"
 )
 
 // DriverLogger routes the log lines of go-sql-driver/mysql (such as
@@ -15,13 +18,32 @@ import (
 // every other line (JSON by default).
 type DriverLogger struct {
 	Log *slog.Logger
+	// Rate, when set, limits the WARN lines (see Print).
+	Rate *lograte.Limiter
 }
 
 // Print implements mysql.Logger. The driver logs only what it cannot
-// report as an error to a caller: a warning.
+// report as an error to a caller: a warning. With Rate (the installed
+// logger has one of 10 s), a line Rate holds back goes to DEBUG and the
+// next WARN counts it. In an outage every pooled connection says the same at once (found
+// by review: 26 identical "i/o timeout" lines in a second of a MySQL
+// stall), and the error itself reaches the caller that logs it.
 func (l DriverLogger) Print(v ...any) {
-	l.Log.Warn("mysql driver", "component", "mysql-driver", "detail", strings.TrimSpace(fmt.Sprint(v...)))
+	detail := strings.TrimSpace(fmt.Sprint(v...))
+	if l.Rate == nil {
+		l.Log.Warn("mysql driver", "component", "mysql-driver", "detail", detail)
+		return
+	}
+	if ok, heldBack := l.Rate.Allow("driver", 1); ok {
+		l.Log.Warn("mysql driver", "component", "mysql-driver", "detail", detail, "like_lines_not_logged", heldBack)
+		return
+	}
+	l.Log.Debug("mysql driver", "component", "mysql-driver", "detail", detail)
 }
+
+// driverLogRate limits the driver's WARN lines, process-wide as the
+// driver's logger is.
+var driverLogRate = lograte.New(10*time.Second, time.Now)
 
 // driverLog is where the installed driver logger writes. The driver's
 // logger is a global (mysql.SetLogger) that it reads, unsynchronised,
@@ -38,7 +60,7 @@ func (forwardLogger) Print(v ...any) {
 	if log == nil {
 		log = slog.Default()
 	}
-	DriverLogger{Log: log}.Print(v...)
+	DriverLogger{Log: log, Rate: driverLogRate}.Print(v...)
 }
 
 // InstallDriverLogger makes the driver write its lines through slog: to the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/clockd/clockd/internal/lograte"
 	"github.com/clockd/clockd/internal/testenv"
 )
 
@@ -114,5 +115,35 @@ func TestDriverLogsGoThroughSlog(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no slog line for the bad idle connection in %q", buf.String())
+	}
+}
+
+// In an outage every pooled connection logs the same at once: one WARN per
+// 10 s, the others at DEBUG and counted in the next WARN.
+func TestDriverLoggerLimitsItsWarnings(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	now := time.Unix(1e9, 0)
+	l := DriverLogger{Log: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Rate: lograte.New(10*time.Second, func() time.Time { return now })}
+	for range 26 {
+		l.Print("packets.go:58 read tcp: i/o timeout")
+	}
+	now = now.Add(11 * time.Second)
+	l.Print("packets.go:58 read tcp: i/o timeout")
+	levels := map[string]int{}
+	var last map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		levels[rec["level"].(string)]++
+		if rec["level"] == "WARN" {
+			last = rec
+		}
+	}
+	if levels["WARN"] != 2 || levels["DEBUG"] != 25 || last["like_lines_not_logged"] != float64(25) {
+		t.Errorf("levels %v, last WARN %v; want 2 WARN (the second counting 25 held back) and 25 DEBUG", levels, last)
 	}
 }
