@@ -209,13 +209,20 @@ func (l *Loop) claimWorker(ctx context.Context, jobs <-chan claimJob) {
 		l.mu.Lock()
 		l.claiming -= len(job.dues)
 		l.claimJobs--
-		if err != nil {
+		switch {
+		case errors.Is(err, errNoLease):
+			// MySQL was not asked: neither a failure nor a recovery (found
+			// by review: "claims work again" logged, and the failure count
+			// reset, in the middle of a MySQL stall whose lease rounds had
+			// failed)
+			l.mu.Unlock()
+		case err != nil:
 			n := l.claimFailures // counted by claim, which also set the pause
 			l.mu.Unlock()
 			if n == 1 || n%100 == 0 {
 				l.log.Warn("claim failed; ringing paused until it works", "clocks", len(job.dues), "err", err, "failures", n)
 			}
-		} else {
+		default:
 			n := l.claimFailures
 			l.claimFailures = 0
 			l.mu.Unlock()
@@ -242,6 +249,10 @@ func (l *Loop) claimPause() time.Duration {
 // loads them; when the local reckoning of the lease lapsed and is renewed,
 // the feeder rescans the shard. Offering them back instead would have them
 // popped again at once, ahead of the clocks of other shards.
+// errNoLease: a claim whose dues are all of shards without a lease long
+// enough to publish under; they were dropped, and MySQL was not asked.
+var errNoLease = errors.New("no shard of the claim has lease enough left")
+
 func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time, ahead time.Duration) error {
 	shardSet := map[int]bool{}
 	for _, d := range dues {
@@ -274,7 +285,7 @@ func (l *Loop) claim(ctx context.Context, dues []alarm.Due, now time.Time, ahead
 		}
 	}
 	if len(ids) == 0 {
-		return nil
+		return errNoLease
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
