@@ -22,6 +22,10 @@ type fakeStore struct {
 	quotas  map[string]auth.Quota
 	live    map[string]int
 	counts  int
+	// touchHold, when set, holds TouchToken until it is closed (writes
+	// held by MySQL); touches counts the calls
+	touchHold chan struct{}
+	touches   int
 }
 
 func newFake() *fakeStore {
@@ -61,7 +65,20 @@ func (f *fakeStore) TokenByHash(_ context.Context, h [32]byte) (auth.Token, erro
 	}
 	return t, nil
 }
-func (f *fakeStore) TouchToken(context.Context, int64, time.Time) error { return nil }
+func (f *fakeStore) TouchToken(ctx context.Context, _ int64, _ time.Time) error {
+	f.mu.Lock()
+	hold := f.touchHold
+	f.touches++
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
 func (f *fakeStore) Quota(_ context.Context, app string) (auth.Quota, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -392,5 +409,40 @@ func TestValidTokenOutlivesItsCacheWhileMySQLIsAway(t *testing.T) {
 	st.mu.Unlock()
 	if _, err := a.Authenticate(ctx, "Bearer "+secret); err != nil || st.lookups != n+1 {
 		t.Errorf("MySQL back: %v, %d lookups; want the token looked up again and taken", err, st.lookups-n)
+	}
+}
+
+// A token's last_used_at write that MySQL holds (FLUSH TABLES WITH READ
+// LOCK during a backup) does not hold the request: the token read answered,
+// so the request is answered within touchWait and the token is cached; one
+// write per token is under way at a time.
+func TestHeldLastUsedWriteHoldsNoRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, clk := newFake(), &clock{t: time.Unix(1e9, 0)}
+	a := auth.New(st, auth.Config{Mode: auth.ModeTokens, CacheTTL: 5 * time.Second, Now: clk.now})
+	_, secret, err := a.CreateToken(ctx, auth.NewToken{Application: "order", Scopes: []auth.Scope{auth.ScopeRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	defer close(hold)
+	st.mu.Lock()
+	st.touchHold = hold
+	st.mu.Unlock()
+	for i := range 3 {
+		began := time.Now()
+		if _, err := a.Authenticate(ctx, "Bearer "+secret); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(began); took > time.Second {
+			t.Errorf("request %d with its token's last_used_at write held: answered after %v", i, took)
+		}
+		clk.add(6 * time.Second) // past the cache TTL: looked up again
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.lookups != 3 || st.touches != 1 {
+		t.Errorf("%d lookups, %d last_used_at writes; want 3 lookups and one write (the first, still held)", st.lookups, st.touches)
 	}
 }

@@ -66,6 +66,8 @@ type Authenticator struct {
 	mu      sync.RWMutex
 	cache   map[[32]byte]cached
 	revokes uint64 // revocations through this instance (under mu): a lookup begun before one is not cached
+	// touching: tokens whose last_used_at is being written (under mu)
+	touching map[int64]bool
 
 	flight group
 }
@@ -74,6 +76,13 @@ type Authenticator struct {
 // that began it: requests with the same token share it, and one client
 // going away must not fail the others.
 const lookupTimeout = 5 * time.Second
+
+// touchWait is how long a lookup waits for its token's last_used_at to be
+// written: the write goes on in the background past it. A bookkeeping
+// write must not decide the answer of a request MySQL can serve (found by
+// review: with writes held, FLUSH TABLES WITH READ LOCK during a backup,
+// every request with a token not in the cache answered 503 or waited).
+const touchWait = 100 * time.Millisecond
 
 // secretLen is the length of every secret NewSecret makes.
 var secretLen = len(SecretPrefix) + base64.RawURLEncoding.EncodedLen(32)
@@ -115,7 +124,7 @@ func New(store Store, cfg Config) *Authenticator {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	a := &Authenticator{store: store, mode: cfg.Mode, ttl: cfg.CacheTTL, now: cfg.Now, log: cfg.Logger,
-		onRevoke: cfg.OnRevoke, cache: map[[32]byte]cached{}}
+		onRevoke: cfg.OnRevoke, cache: map[[32]byte]cached{}, touching: map[int64]bool{}}
 	if cfg.AdminToken != "" {
 		h := sha256.Sum256([]byte(cfg.AdminToken))
 		a.adminHash = h[:]
@@ -248,7 +257,9 @@ func (a *Authenticator) lookup(ctx context.Context, hash [32]byte, now time.Time
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
 		defer cancel()
 		tok, err := a.store.TokenByHash(ctx, hash)
-		c := cached{expires: now.Add(a.ttl)}
+		// trusted for the TTL from the answer, not from the ask: a slow
+		// answer was cached already expired, and asked again at once
+		c := cached{expires: a.now().Add(a.ttl)}
 		switch {
 		case errors.Is(err, alarm.ErrNotFound):
 		case err != nil:
@@ -259,8 +270,11 @@ func (a *Authenticator) lookup(ctx context.Context, hash [32]byte, now time.Time
 		if c.ok {
 			// last_used_at is written at most once per TTL per token and
 			// instance: when the lookup is repeated.
-			if err := a.store.TouchToken(ctx, tok.ID, now); err != nil {
-				a.log.Debug("record token use", "token", tok.ID, "err", err)
+			if done := a.touch(tok.ID, now); done != nil {
+				select {
+				case <-done:
+				case <-time.After(touchWait):
+				}
 			}
 		}
 		a.mu.Lock()
@@ -284,6 +298,32 @@ func (a *Authenticator) lookup(ctx context.Context, hash [32]byte, now time.Time
 		return cached{}, err
 	}
 	return v.(cached), nil
+}
+
+// touch writes token id's last_used_at in the background, one write per
+// token at a time (nil: one is already under way); the channel is closed
+// when it is done.
+func (a *Authenticator) touch(id int64, at time.Time) <-chan struct{} {
+	a.mu.Lock()
+	if a.touching[id] {
+		a.mu.Unlock()
+		return nil
+	}
+	a.touching[id] = true
+	a.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+		defer cancel()
+		if err := a.store.TouchToken(ctx, id, at); err != nil {
+			a.log.Debug("record token use", "token", id, "err", err)
+		}
+		a.mu.Lock()
+		delete(a.touching, id)
+		a.mu.Unlock()
+	}()
+	return done
 }
 
 // CreateToken stores a new token and returns it with its secret, which is
