@@ -256,11 +256,12 @@ func (a *api) admitPatch(r *http.Request, p alarm.PatchInput) error {
 }
 
 // admit checks the creates of a batch against their applications' quotas,
-// in request order: a create over a quota gets its 429 in results and is
-// left out of the returned inputs (and positions).
-func (a *api) admit(r *http.Request, ins []alarm.CreateInput, pos []int, results []BatchResult) ([]alarm.CreateInput, []int, error) {
+// in request order: a create over a quota gets its 429 in results (one
+// whose quota could not be read, its 503) and is left out of the returned
+// inputs (and positions).
+func (a *api) admit(r *http.Request, ins []alarm.CreateInput, pos []int, results []BatchResult) ([]alarm.CreateInput, []int) {
 	if a.quotas == nil || len(ins) == 0 {
-		return ins, pos, nil
+		return ins, pos
 	}
 	byApp := map[string][]int{} // application -> indexes into ins
 	var apps []string
@@ -281,7 +282,16 @@ func (a *api) admit(r *http.Request, ins []alarm.CreateInput, pos []int, results
 		errs, err := a.quotas.Admit(ctx, app, sizes)
 		cancel()
 		if err != nil {
-			return nil, nil, err
+			// the quota could not be read (MySQL away): this application's
+			// items answer the error, each in its place, as when the store
+			// fails them; the batch is answered 200 as SPEC says, whatever
+			// the cache held (found by review: a whole 503, or 200 with a
+			// 503 per item, by whether the quota was cached)
+			for _, j := range js {
+				results[pos[j]] = a.itemError(r, err)
+				refused[j] = true
+			}
+			continue
 		}
 		// the clocks of the refused keys, in one read (a read per item made
 		// a refusal of a 1,000-clock batch cost 999 round trips)
@@ -321,5 +331,5 @@ func (a *api) admit(r *http.Request, ins []alarm.CreateInput, pos []int, results
 			outPos = append(outPos, pos[j])
 		}
 	}
-	return outIns, outPos, nil
+	return outIns, outPos
 }

@@ -272,11 +272,7 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 		ins = append(ins, in)
 		pos = append(pos, i)
 	}
-	ins, pos, err = a.admit(r, ins, pos, results)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
+	ins, pos = a.admit(r, ins, pos, results)
 	if len(ins) > 0 {
 		for j, res := range a.svc.Create(r.Context(), ins) {
 			results[pos[j]] = a.batchResult(r, res)
