@@ -3,14 +3,10 @@ package mysql
 import (
 	"context"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // sessionInit is run on every new connection, before it is used.
@@ -105,78 +101,6 @@ func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		return rerunConn{driverConn: &sessionConn{driverConn: dc, sess: sess}, log: c.rerun}, nil
 	}
 	return &sessionConn{driverConn: dc, sess: sess}, nil
-}
-
-// rerunConn is a connection of the migrations' pool. MySQL commits each
-// DDL statement on its own, so a migration cut between two of its
-// statements (the connection lost, MySQL restarted, clockd killed) keeps
-// what its first statements made while goose does not record its version,
-// and the next run starts it again from its first statement. Found by
-// review: that run failed on "Table 'clock_setting' already exists", and
-// so did every later start, until a DBA dropped tables by hand. A
-// statement whose error says it was applied already (the table, column,
-// index, partition, constraint or seed row it makes exists; what it drops
-// is gone: each such statement is atomic) is taken as done, with a WARN,
-// so that the next start finishes the migration.
-type rerunConn struct {
-	driverConn
-	log *slog.Logger
-}
-
-func (c rerunConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	res, err := c.driverConn.ExecContext(ctx, query, args)
-	if err != nil && appliedAlready(query, err) {
-		c.log.Warn("a statement of a migration cut short by an earlier run was applied already; going on",
-			"statement", statementHead(query), "err", err)
-		return driver.RowsAffected(0), nil
-	}
-	return res, err
-}
-
-// appliedAlready reports whether err, the answer to migration statement
-// query, says that the statement's change is in the schema already.
-func appliedAlready(query string, err error) bool {
-	var me *mysql.MySQLError
-	if !errors.As(err, &me) {
-		return false
-	}
-	q := strings.ToUpper(statementHead(query))
-	switch me.Number {
-	case 1050: // table exists
-		return strings.HasPrefix(q, "CREATE TABLE ")
-	case 1051: // unknown table
-		return strings.HasPrefix(q, "DROP TABLE ")
-	case 1060, 1061, 1091, 1517, 1826, 3822:
-		// duplicate column, duplicate key name, cannot drop (no such
-		// column or key), duplicate partition name, duplicate constraint
-		// name (MariaDB, MySQL)
-		return strings.HasPrefix(q, "ALTER TABLE ") || strings.HasPrefix(q, "CREATE INDEX ")
-	case 1062: // duplicate entry: a seed row
-		return strings.HasPrefix(q, "INSERT INTO ")
-	}
-	return false
-}
-
-// statementHead is a statement without its leading comments, on one line,
-// cut to 120 bytes: for logs and for telling its kind.
-func statementHead(query string) string {
-	var b strings.Builder
-	for _, line := range strings.Split(query, "\n") {
-		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
-			if b.Len() > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(strings.Join(strings.Fields(t), " "))
-			if b.Len() >= 120 {
-				break
-			}
-		}
-	}
-	h := b.String()
-	if len(h) > 120 {
-		h = h[:120]
-	}
-	return h
 }
 
 // sessionServer names the server a session runs on; sessionQuery reads a

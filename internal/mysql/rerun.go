@@ -1,0 +1,276 @@
+package mysql
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// rerunConn is a connection of the migrations' pool. MySQL commits each
+// DDL statement on its own, so a migration cut between two of its
+// statements (the connection lost, MySQL restarted, clockd killed) keeps
+// what its first statements made while goose does not record its version,
+// and the next run starts it again from its first statement. Found by
+// review: that run failed on "Table 'clock_setting' already exists", and
+// so did every later start, until a DBA dropped tables by hand.
+//
+// A statement whose error says a change of it is there already is taken as
+// done, with a WARN, only when every change it makes is found in the
+// schema (see applied): a CREATE TABLE whose table has exactly its
+// columns, an ALTER TABLE each of whose clauses is in effect (its MODIFY
+// and CHANGE clauses, which cannot be told apart from before, are run again
+// on their own: they change nothing the second time), a seed row's INSERT
+// ... VALUES. Anything else keeps its error: a column or index made by
+// other means (gh-ost, by hand) must not pass for the rest of a statement.
+type rerunConn struct {
+	driverConn
+	log *slog.Logger
+}
+
+func (c rerunConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	res, err := c.driverConn.ExecContext(ctx, query, args)
+	if err == nil || !mayBeApplied(query, err) {
+		return res, err
+	}
+	ok, verr := c.applied(ctx, query)
+	if verr != nil || !ok {
+		return res, err
+	}
+	c.log.Warn("a statement of a migration cut short by an earlier run was applied already; going on",
+		"statement", statementHead(query), "err", err)
+	return driver.RowsAffected(0), nil
+}
+
+// mayBeApplied reports whether err, the answer to migration statement
+// query, can mean that the statement was applied already.
+func mayBeApplied(query string, err error) bool {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
+	}
+	q := strings.ToUpper(statementHead(query))
+	switch me.Number {
+	case 1050: // table exists
+		return strings.HasPrefix(q, "CREATE TABLE ")
+	case 1051: // unknown table
+		return strings.HasPrefix(q, "DROP TABLE ")
+	case 1060, 1061, 1091, 1826, 3822:
+		// duplicate column, duplicate key name, cannot drop (no such
+		// column or key), duplicate constraint name (MariaDB, MySQL)
+		return strings.HasPrefix(q, "ALTER TABLE ")
+	case 1062: // duplicate entry: a seed row
+		return strings.HasPrefix(q, "INSERT INTO ") && !strings.Contains(q, " SELECT ")
+	}
+	return false
+}
+
+// applied reports whether every change statement query makes is in the
+// schema (see rerunConn), running an ALTER's MODIFY and CHANGE clauses
+// again.
+func (c rerunConn) applied(ctx context.Context, query string) (bool, error) {
+	body := statementBody(query)
+	f := strings.Fields(body)
+	if len(f) < 3 {
+		return false, nil
+	}
+	table := unquote(f[2])
+	switch strings.ToUpper(f[0] + " " + f[1]) {
+	case "DROP TABLE":
+		return len(f) == 3, nil
+	case "INSERT INTO":
+		return true, nil // a seed row, VALUES only (mayBeApplied)
+	case "CREATE TABLE":
+		open, end := strings.Index(body, "("), strings.LastIndex(body, ")")
+		if open < 0 || end < open {
+			return false, nil
+		}
+		var cols []string
+		for _, def := range splitTop(body[open+1 : end]) {
+			d := strings.Fields(def)
+			if len(d) == 0 {
+				return false, nil
+			}
+			switch strings.ToUpper(d[0]) {
+			case "PRIMARY", "KEY", "INDEX", "UNIQUE", "CONSTRAINT", "CHECK", "FOREIGN", "FULLTEXT", "SPATIAL":
+				continue
+			}
+			cols = append(cols, unquote(d[0]))
+		}
+		n, err := c.count(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", table)
+		if err != nil || n != int64(len(cols)) {
+			return false, err
+		}
+		for _, col := range cols {
+			if ok, err := c.has(ctx, "COLUMNS", "COLUMN_NAME", table, col); err != nil || !ok {
+				return false, err
+			}
+		}
+		return true, nil
+	case "ALTER TABLE":
+		rest := strings.TrimSpace(body[strings.Index(body, f[2])+len(f[2]):])
+		var again []string
+		for _, clause := range splitTop(rest) {
+			ok, redo, err := c.inEffect(ctx, table, clause)
+			if err != nil || !ok {
+				return false, err
+			}
+			if redo {
+				again = append(again, clause)
+			}
+		}
+		if len(again) > 0 {
+			if _, err := c.driverConn.ExecContext(ctx, "ALTER TABLE "+f[2]+" "+strings.Join(again, ", "), nil); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// inEffect reports whether ALTER TABLE clause of table is in effect, or
+// (redo) is a MODIFY or CHANGE to run again.
+func (c rerunConn) inEffect(ctx context.Context, table, clause string) (ok, redo bool, err error) {
+	f := strings.Fields(clause)
+	up := make([]string, len(f))
+	for i, w := range f {
+		up[i] = strings.ToUpper(w)
+	}
+	switch {
+	case len(f) == 0:
+		return false, false, nil
+	case strings.HasPrefix(up[0], "ALGORITHM") || strings.HasPrefix(up[0], "LOCK"):
+		return true, false, nil
+	case len(f) < 2:
+		return false, false, nil
+	}
+	name := func(i int) string {
+		if i < len(f) {
+			return unquote(strings.TrimSuffix(strings.SplitN(f[i], "(", 2)[0], ","))
+		}
+		return ""
+	}
+	has := func(view, column, obj string) (bool, bool, error) {
+		ok, err := c.has(ctx, view, column, table, obj)
+		return ok, false, err
+	}
+	hasNot := func(view, column, obj string) (bool, bool, error) {
+		ok, err := c.has(ctx, view, column, table, obj)
+		return !ok, false, err
+	}
+	switch {
+	case up[0] == "MODIFY" || up[0] == "CHANGE":
+		return true, true, nil
+	case up[0] == "ADD" && (up[1] == "INDEX" || up[1] == "KEY"):
+		return has("STATISTICS", "INDEX_NAME", name(2))
+	case up[0] == "ADD" && up[1] == "UNIQUE":
+		i := 2
+		if i < len(up) && (up[i] == "INDEX" || up[i] == "KEY") {
+			i++
+		}
+		return has("STATISTICS", "INDEX_NAME", name(i))
+	case up[0] == "ADD" && up[1] == "CONSTRAINT":
+		return has("TABLE_CONSTRAINTS", "CONSTRAINT_NAME", name(2))
+	case up[0] == "ADD" && up[1] == "COLUMN":
+		return has("COLUMNS", "COLUMN_NAME", name(2))
+	case up[0] == "DROP" && (up[1] == "INDEX" || up[1] == "KEY"):
+		return hasNot("STATISTICS", "INDEX_NAME", name(2))
+	case up[0] == "DROP" && (up[1] == "CONSTRAINT" || up[1] == "CHECK"):
+		return hasNot("TABLE_CONSTRAINTS", "CONSTRAINT_NAME", name(2))
+	case up[0] == "DROP" && up[1] == "COLUMN":
+		return hasNot("COLUMNS", "COLUMN_NAME", name(2))
+	}
+	return false, false, nil // not told apart: the error stands
+}
+
+// has reports whether information_schema view lists obj (in column) for
+// table of the current database.
+func (c rerunConn) has(ctx context.Context, view, column, table, obj string) (bool, error) {
+	n, err := c.count(ctx, "SELECT COUNT(*) FROM information_schema."+view+
+		" WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND "+column+" = ?", table, obj)
+	return n > 0, err
+}
+
+func (c rerunConn) count(ctx context.Context, q string, args ...any) (int64, error) {
+	nv := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	rows, err := c.driverConn.QueryContext(ctx, q, nv)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	vals := make([]driver.Value, 1)
+	if err := rows.Next(vals); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	n, err := asInt(vals[0])
+	if err != nil {
+		return 0, fmt.Errorf("count: %w", err)
+	}
+	return n, nil
+}
+
+// statementBody is a statement without its comment lines, on one line,
+// without a final semicolon.
+func statementBody(query string) string {
+	var parts []string
+	for _, line := range strings.Split(query, "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+			parts = append(parts, strings.Join(strings.Fields(t), " "))
+		}
+	}
+	return strings.TrimSuffix(strings.Join(parts, " "), ";")
+}
+
+// statementHead is statementBody cut to 120 bytes, for logs and for
+// telling a statement's kind.
+func statementHead(query string) string {
+	h := statementBody(query)
+	if len(h) > 120 {
+		h = h[:120]
+	}
+	return h
+}
+
+// splitTop splits s at the commas outside parentheses, quotes and
+// backticks, trimming each part.
+func splitTop(s string) []string {
+	var parts []string
+	depth, start := 0, 0
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case quote != 0:
+			if ch == quote {
+				quote = 0 // a doubled quote closes and opens again: the same
+			}
+		case ch == '\'' || ch == '"' || ch == '`':
+			quote = ch
+		case ch == '(':
+			depth++
+		case ch == ')':
+			depth--
+		case ch == ',' && depth == 0:
+			parts = append(parts, strings.TrimSpace(s[start:i]))
+			start = i + 1
+		}
+	}
+	if t := strings.TrimSpace(s[start:]); t != "" {
+		parts = append(parts, t)
+	}
+	return parts
+}
+
+func unquote(name string) string { return strings.Trim(name, "`") }
