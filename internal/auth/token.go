@@ -100,7 +100,8 @@ func wellFormed(s string) bool {
 }
 
 // staleGrace is how long past its cache TTL a valid token's entry is
-// still taken while MySQL cannot be reached.
+// still taken while MySQL cannot be reached, by a caller that asked
+// (StaleOK).
 const staleGrace = time.Hour
 
 type cached struct {
@@ -200,6 +201,17 @@ var ErrNeedsLookup = errors.New("the token needs a lookup")
 
 type cachedOnlyKey struct{}
 
+type staleOKKey struct{}
+
+// StaleOK is ctx for an Authenticate that, while the store cannot be
+// reached, takes a token found valid within staleGrace though its cache
+// entry expired: for reads that must answer in an outage (a scrape of
+// /metrics), never for the API, whose revocations made straight on MySQL
+// must hold within the cache TTL.
+func StaleOK(ctx context.Context) context.Context {
+	return context.WithValue(ctx, staleOKKey{}, true)
+}
+
 // CachedOnly is ctx for an Authenticate that answers from the cache only:
 // a token it would have to look up gives ErrNeedsLookup (the HTTP layer
 // uses it when as many lookups as requests are under way, so that made-up
@@ -225,14 +237,14 @@ func (a *Authenticator) byHash(ctx context.Context, hash [32]byte) (Principal, e
 		switch {
 		case err == nil:
 			c = fresh
-		case hit && c.ok && now.Before(c.expires.Add(staleGrace)) &&
+		case hit && c.ok && ctx.Value(staleOKKey{}) != nil && now.Before(c.expires.Add(staleGrace)) &&
 			(errors.Is(err, alarm.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)):
-			// MySQL cannot be reached: a token found valid here within
-			// staleGrace is still taken. A revocation needs MySQL too (or
-			// reaches this instance over the broker, which forgets the
-			// token), and an operator's scrape must still see
-			// clockd_mysql_up 0 (found by review: /metrics answered 503
-			// during a MySQL outage, so ClockdMySQLDown could never fire).
+			// MySQL cannot be reached and the caller takes a stale answer
+			// (StaleOK: a scrape of /metrics, which must still see
+			// clockd_mysql_up 0; found by review: it answered 503 during a
+			// MySQL outage, so ClockdMySQLDown could never fire). Every
+			// other call keeps the bound on a revocation made straight on
+			// MySQL: auth.cache_ttl.
 		default:
 			return Principal{}, err
 		}

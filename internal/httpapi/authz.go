@@ -20,6 +20,10 @@ const (
 	needRead                // a token with the read scope (the application is checked by the handler)
 	needWrite               // a token with the write scope (likewise)
 	needAdmin               // a token of the admin kind
+	// needScrape: a token of the admin kind, taken from the cache past its
+	// TTL while MySQL cannot be reached (auth.StaleOK): /metrics, whose
+	// clockd_mysql_up 0 must still be scraped in a MySQL outage
+	needScrape
 )
 
 type principalKey struct{}
@@ -52,6 +56,9 @@ func (a *api) handle(pattern string, need access, h http.HandlerFunc, query ...s
 			if !slot {
 				ctx = auth.CachedOnly(ctx)
 			}
+			if need == needScrape {
+				ctx = auth.StaleOK(ctx)
+			}
 			var err error
 			p, err = a.auth.Authenticate(ctx, r.Header.Get("Authorization"))
 			cancel()
@@ -69,7 +76,7 @@ func (a *api) handle(pattern string, need access, h http.HandlerFunc, query ...s
 		}
 		var err error
 		switch need {
-		case needAdmin:
+		case needAdmin, needScrape:
 			err = p.RequireAdmin()
 		case needRead:
 			err = p.AllowScope(auth.ScopeRead)

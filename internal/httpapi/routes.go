@@ -136,7 +136,7 @@ func New(o Options) http.Handler {
 	a.handle("GET /readyz", open, a.readyz)
 	a.handle("GET /v1/openapi.json", needToken, a.openAPI) // SPEC: every call under /v1 needs a token
 	if o.Gatherer != nil {
-		a.handle("GET /metrics", needAdmin, promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}).ServeHTTP, anyQuery)
+		a.handle("GET /metrics", needScrape, promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}).ServeHTTP, anyQuery)
 	}
 	// No catch-all route: the mux itself answers 404 for an unknown path
 	// and 405 with Allow for a known path with another method; misses
