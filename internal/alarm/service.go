@@ -130,6 +130,13 @@ func (s *Service) InvalidPatch(p PatchInput) error {
 	return p.Check(s.now(), s.limits)
 }
 
+// PatchError is the error reschedule p would be refused with on clock c
+// as it is, or nil.
+func (s *Service) PatchError(c Clock, p PatchInput) error {
+	_, err := p.Apply(c, s.now(), s.limits)
+	return err
+}
+
 // Now is the time by the service's clock, the one its changes are made at.
 func (s *Service) Now() time.Time { return s.now() }
 

@@ -155,7 +155,17 @@ func (a *api) admitSize(r *http.Request, app string, size int) error {
 // is looked up only after a refusal: a replay the quota admits (or of an
 // application without one) costs no read.
 func (a *api) admitReplay(r *http.Request, k alarm.Key) error {
-	refusal := a.admitSize(r, k.Application, 0)
+	return a.refusalStands(r, k, a.admitSize(r, k.Application, 0), func(c alarm.Clock) bool {
+		return c.Status == alarm.StatusExpired || c.Status == alarm.StatusDead
+	})
+}
+
+// refusalStands is the answer to a request for key k that the quota
+// refused (refusal): nil when the request could not change the clock (no
+// such clock, one archived, or one wouldChange says it could not change),
+// so that its own answer (404, 409, 400) is given; the refusal otherwise.
+// Any other error of the quota is returned as it is.
+func (a *api) refusalStands(r *http.Request, k alarm.Key, refusal error, wouldChange func(alarm.Clock) bool) error {
 	if !errors.Is(refusal, auth.ErrResourceExhausted) {
 		return refusal // admitted, or the quota could not be read
 	}
@@ -165,7 +175,7 @@ func (a *api) admitReplay(r *http.Request, k alarm.Key) error {
 		return nil
 	case err != nil:
 		return refusal
-	case c.Archived || (c.Status != alarm.StatusExpired && c.Status != alarm.StatusDead):
+	case c.Archived || !wouldChange(c):
 		return nil
 	}
 	return refusal
@@ -234,8 +244,9 @@ func (a *api) payloadQuota(r *http.Request, app string, size int) error {
 
 // admitPatch asks the application's max_payload_bytes for a reschedule's
 // payload. An invalid reschedule is answered 400 before the quota is read,
-// and one the quota refuses that could not change a clock (no such clock,
-// or one no longer pending) is let through to be answered 404 or 409 as
+// and one the quota refuses that could not change the clock (no such
+// clock, one no longer pending, or a change the clock refuses: ring_at of
+// a recurring clock) is let through to be answered 404, 409 or 400 as
 // SPEC says, as admitReplay does (found by review: 429 with Retry-After
 // for a change that could never be made).
 func (a *api) admitPatch(r *http.Request, p alarm.PatchInput) error {
@@ -246,20 +257,9 @@ func (a *api) admitPatch(r *http.Request, p alarm.PatchInput) error {
 		return err
 	}
 	k := key(r)
-	refusal := a.payloadQuota(r, k.Application, len(*p.Payload))
-	if !errors.Is(refusal, auth.ErrResourceExhausted) {
-		return refusal // admitted, or the quota could not be read
-	}
-	c, err := a.svc.Get(r.Context(), k)
-	switch {
-	case errors.Is(err, alarm.ErrNotFound):
-		return nil
-	case err != nil:
-		return refusal
-	case c.Archived || c.Status != alarm.StatusPending:
-		return nil
-	}
-	return refusal
+	return a.refusalStands(r, k, a.payloadQuota(r, k.Application, len(*p.Payload)), func(c alarm.Clock) bool {
+		return c.Status == alarm.StatusPending && a.svc.PatchError(c, p) == nil
+	})
 }
 
 // admit checks the creates of a batch against their applications' quotas,

@@ -145,3 +145,29 @@ func TestRescheduleOverPayloadQuotaOfNoPendingClock(t *testing.T) {
 			a.code, a.header.Get("Retry-After"), a.body)
 	}
 }
+
+// README: "A request that could never succeed is answered as such before
+// any quota is asked". Found by the review of this stop's diff: admitPatch
+// let through only a missing or non-pending clock, so a PATCH whose fields can never apply to
+// the clock it names (ring_at on a recurring clock, latest_ring_at before
+// the clock's ring_at) is still told 429 with Retry-After when its payload
+// is over max_payload_bytes, and 400 with a small payload.
+func TestReschedulePayloadOverQuotaThatCanNeverApply(t *testing.T) {
+	t.Parallel()
+	e := newAuthAPI(t)
+	tok := e.newToken(map[string]any{"application": "order", "scopes": []string{"read", "write"}})
+	e.setQuota("order", 0, 0, 10)
+	if a := e.call(tok.Secret, "POST", "/v1/clocks", createBody("order", "every", "payload", "small", "delay", nil,
+		"schedule", map[string]any{"every": "1h"})); a.code != 201 {
+		t.Fatalf("recurring create: %d %s", a.code, a.body)
+	}
+	small := map[string]any{"payload": "x", "ring_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
+	if a := e.call(tok.Secret, "PATCH", "/v1/clocks/order/every", small); a.code != 400 {
+		t.Fatalf("PATCH ring_at of a recurring clock, small payload: %d %s; want 400", a.code, a.body)
+	}
+	big := map[string]any{"payload": "01234567890123456789", "ring_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
+	if a := e.call(tok.Secret, "PATCH", "/v1/clocks/order/every", big); a.code != 400 {
+		t.Errorf("PATCH ring_at of a recurring clock (never valid), payload over the quota: %d (Retry-After %q) %s; want 400 as with a small payload",
+			a.code, a.header.Get("Retry-After"), a.body)
+	}
+}
