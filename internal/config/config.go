@@ -404,21 +404,45 @@ func wholeNumbers(data []byte) error {
 // line where it was, so that errors name the file's own lines.
 func zeroDurations(data []byte) []byte {
 	lines := bytes.SplitAfter(data, []byte("\n"))
-	changed := false
+	type spot struct{ line, col int } // 0-based
+	var spots []spot
 	eachValue(data, func(_ string, t reflect.Type, v *yaml.Node, _ int) {
 		if t != reflect.TypeFor[time.Duration]() || v.Kind != yaml.ScalarNode || v.Style != 0 ||
 			v.ShortTag() != "!!int" || v.Value != "0" || v.Line < 1 || v.Line > len(lines) {
 			return
 		}
 		l, col := lines[v.Line-1], v.Column-1
+		// an anchored or tagged value's column is that of its "&a" or "!t"
+		for col >= 0 && col < len(l) && (l[col] == '&' || l[col] == '!') {
+			for col < len(l) && l[col] != ' ' && l[col] != '\t' {
+				col++
+			}
+			for col < len(l) && (l[col] == ' ' || l[col] == '\t') {
+				col++
+			}
+		}
 		if col < 0 || col >= len(l) || l[col] != '0' {
 			return
 		}
-		lines[v.Line-1] = append(append(append([]byte{}, l[:col+1]...), 's'), l[col+1:]...)
-		changed = true
+		s := spot{v.Line - 1, col}
+		if !slices.Contains(spots, s) { // an anchor is visited once per alias
+			spots = append(spots, s)
+		}
 	})
-	if !changed {
+	if len(spots) == 0 {
 		return data
+	}
+	// right to left within a line, so that each insertion leaves the
+	// columns of the others where they were
+	slices.SortFunc(spots, func(a, b spot) int {
+		if a.line != b.line {
+			return a.line - b.line
+		}
+		return b.col - a.col
+	})
+	for _, s := range spots {
+		l := lines[s.line]
+		lines[s.line] = append(append(append([]byte{}, l[:s.col+1]...), 's'), l[s.col+1:]...)
 	}
 	return bytes.Join(lines, nil)
 }

@@ -78,3 +78,29 @@ func TestLeaseTTLUnderTwiceTheClaimMarginIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Found by the review of this stop's diff: zeroDurations rewrites a 0 only where the node's column
+// holds '0'; an anchored value's column is that of its "&z", so
+// "keep: &z 0" (and every alias of it) is left a bare 0 and refused, twice
+// (once per key that uses it), naming line 2 both times.
+func TestZeroDurationAnchorAliasedByAnotherDurationKey(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(writeYAML(t, "history:\n  keep: &z 0\nring:\n  record_gap: *z\n"), noEnv)
+	if err != nil {
+		t.Fatalf("keep: &z 0 / record_gap: *z (both 0): Load: %v", err)
+	}
+	if c.History.Keep != 0 || c.Ring.RecordGap != 0 {
+		t.Errorf("keep %s, record_gap %s; want 0 and 0", c.History.Keep, c.Ring.RecordGap)
+	}
+}
+
+// Found by the review of this stop's diff: two duration zeros in one flow mapping on one line: the first
+// rewrite shifts the second's column by one, so the second is left a bare 0
+// and refused as "cannot unmarshal !!int".
+func TestZeroDurationsTwoOnOneFlowLine(t *testing.T) {
+	t.Parallel()
+	_, err := config.Load(writeYAML(t, "janitor: {pause: 0, retention_failed: 0}\n"), noEnv)
+	if err != nil && strings.Contains(err.Error(), "cannot unmarshal") {
+		t.Errorf("two zeros on one flow line: Load: %v", err)
+	}
+}
