@@ -169,11 +169,12 @@ func migrationVersion(sub, arg string) (int64, error) {
 	if err != nil || v < 0 || arg != strconv.FormatInt(v, 10) || sub == "up-to" && v == 0 {
 		return 0, fmt.Errorf("migrate %s: version %q is not a migration number such as 13 (clockd migrate status lists them)", sub, arg)
 	}
-	// a version this binary has no migration of (a typo: up-to 40 for 4)
-	// is refused, not taken for "all of them" (found by review: up-to 40
-	// ran the table copy of 00005 that up-to 4 is there to avoid)
+	// up-to a version this binary has no migration of (a typo: up-to 40
+	// for 4) is refused, not taken for "all of them" (found by review: it
+	// ran the table copy of 00005 that up-to 4 is there to avoid); down-to
+	// a version past the schema's rolls nothing back, and says so
 	vs := mysql.MigrationVersions()
-	if v != 0 && !slices.Contains(vs, v) {
+	if sub == "up-to" && !slices.Contains(vs, v) {
 		return 0, fmt.Errorf("migrate %s: this clockd has no migration %d (it has %d to %d; clockd migrate status lists them)",
 			sub, v, vs[0], vs[len(vs)-1])
 	}
