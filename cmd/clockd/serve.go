@@ -130,7 +130,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	var quotas *auth.Quotas
 	hints := rabbit.NewHints(rabbit.HintConfig{
 		URL: cfg.AMQP.URL, Exchange: cfg.AMQP.Exchange, InstanceID: cfg.Cluster.InstanceID, Logger: log,
-		OnHint: func(d alarm.Due) { feeder.Offer(d) }, Registerer: reg,
+		OnHint: func(d alarm.Due) { feeder.Hinted(d) }, Registerer: reg,
 		OnUndelivered: store.AskRescan,
 		// (again) bound: what the others sent meanwhile went nowhere
 		OnConnected: func() { feeder.RecheckAll(); authn.ForgetAll() },

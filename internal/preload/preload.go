@@ -90,6 +90,9 @@ type Manager struct {
 	// peerWindow: the largest preload window of the live instances, as of
 	// the last heartbeat (a time.Duration; 0 until then)
 	peerWindow atomic.Int64
+	// hintMu orders a hint's check and offer (Hinted) with the API's
+	// changes made here (Scheduled)
+	hintMu sync.Mutex
 
 	mu      sync.Mutex
 	loaders map[int]*loader
@@ -282,6 +285,23 @@ func (m *Manager) Offer(d alarm.Due) {
 	ld.offer(d)
 }
 
+// Hinted takes a hint from another instance: a clock it created or
+// changed, due soon in a shard owned here. A hint may be older than a
+// change made through this instance since (its message crossed a PATCH
+// here): found by review, the owner's queue got the create's time back
+// after a PATCH here, and the clock rang 6 s late, or expired unrung past
+// the PATCH's latest_ring_at. So a hint never moves a queued clock later;
+// a queued time too early corrects itself (the claim misses the clock,
+// and its row's time is read back and offered).
+func (m *Manager) Hinted(d alarm.Due) {
+	m.hintMu.Lock()
+	defer m.hintMu.Unlock()
+	if at, ok := m.q.At(d.ID); ok && !at.After(d.At) {
+		return
+	}
+	m.Offer(d)
+}
+
 // Scheduled implements alarm.Scheduler.
 func (m *Manager) Scheduled(clocks []alarm.Clock) {
 	var remote []alarm.Due
@@ -290,6 +310,7 @@ func (m *Manager) Scheduled(clocks []alarm.Clock) {
 	// windows of 10 s and 2 s, clocks due in 5 s created through the 2 s
 	// instance rang at the owner's next rescan, up to 14 s late)
 	horizon := m.now().Add(max(m.cfg.Window, time.Duration(m.peerWindow.Load())))
+	m.hintMu.Lock() // a hint's check and offer do not fall between a change's
 	for _, c := range clocks {
 		m.q.Changed(c.ID)
 		if c.Status != alarm.StatusPending {
@@ -306,6 +327,7 @@ func (m *Manager) Scheduled(clocks []alarm.Clock) {
 			remote = append(remote, d)
 		}
 	}
+	m.hintMu.Unlock()
 	if len(remote) > 0 {
 		m.cfg.Forward(remote)
 	}

@@ -180,6 +180,16 @@ func (q *Queue) Has(id int64) bool {
 	return q.s.Has(id)
 }
 
+// At is when a scheduled clock is due (false: it is not scheduled).
+func (q *Queue) At(id int64) (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e, ok := q.s.byID[id]; ok {
+		return e.due.At, true
+	}
+	return time.Time{}, false
+}
+
 // Len is the number of entries.
 func (q *Queue) Len() int {
 	q.mu.Lock()
