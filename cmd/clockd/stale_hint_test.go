@@ -20,6 +20,40 @@ import (
 	"github.com/clockd/clockd/internal/testenv"
 )
 
+// hintPair starts instances a and b (preload window 10 s) and waits until
+// they share the shards; with slow, b's broker link delivers 50 ms late,
+// so that a's hints reach b after b's own changes (without it the hint
+// usually wins the race by a millisecond or two; through the proxy with no
+// delay it still lost 5 of 20 clocks in a run). It returns a consumer of
+// app and n business ids of app in shards b owns.
+func hintPair(t *testing.T, app string, n int, slow bool) (a, b *clusterNode, cons *testenv.Consumer, bids []string) {
+	t.Helper()
+	e := newEnv(t)
+	win := map[string]string{"CLOCKD_PRELOAD_WINDOW": "10s"}
+	a = startClusterNode(t, e, "a", win)
+	var pb *testenv.Proxy
+	if slow {
+		b, pb = slowBrokerNode(t, e, "b", win)
+	} else {
+		b = startClusterNode(t, e, "b", win)
+	}
+	if v, _, ok := waitCluster(t, a, 30*time.Second, func(v clusterJSON) bool { return v.fair([]string{"a", "b"}) }); !ok {
+		t.Fatalf("shards not shared: %s", v)
+	}
+	if slow {
+		pb.SetDelay(50 * time.Millisecond)
+	}
+	cons = testenv.Consume(t, e.AMQP, e.Exchange, app)
+	owners := clusterViewOf(t, b).owners()
+	for i := 0; len(bids) < n; i++ {
+		bid := fmt.Sprintf("k-%04d", i)
+		if owners[alarm.ShardOf(app, bid, clusterShards)] == b.ID {
+			bids = append(bids, bid)
+		}
+	}
+	return a, b, cons, bids
+}
+
 func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func deref(s *string) string {
@@ -38,28 +72,9 @@ func deref(s *string) string {
 // 200 with it, but the clock rings at the old time: seconds late
 // ("Ringing is punctual: lateness is milliseconds", SPEC).
 func TestStaleHintAfterOwnerPatchRingsLate(t *testing.T) {
-	e := newEnv(t)
-	// b's link to the broker delivers 50 ms late (a loaded broker or
-	// network): hints reach b that much after they were sent (without it the hint usually wins the race by a millisecond or two)
-	win := map[string]string{"CLOCKD_PRELOAD_WINDOW": "10s"}
-	a := startClusterNode(t, e, "a", win)
-	b, pb := slowBrokerNode(t, e, "b", win)
-	if v, _, ok := waitCluster(t, a, 30*time.Second, func(v clusterJSON) bool { return v.fair([]string{"a", "b"}) }); !ok {
-		t.Fatalf("shards not shared: %s", v)
-	}
-	pb.SetDelay(50 * time.Millisecond)
 	// a takes the creates, b (the owner of the keys' shards) the PATCHes
 	const app = "rvhint"
-	cons := testenv.Consume(t, e.AMQP, e.Exchange, app)
-	owners := clusterViewOf(t, b).owners()
-
-	var bids []string
-	for i := 0; len(bids) < 30; i++ {
-		bid := fmt.Sprintf("k-%04d", i)
-		if owners[alarm.ShardOf(app, bid, clusterShards)] == b.ID {
-			bids = append(bids, bid)
-		}
-	}
+	a, b, cons, bids := hintPair(t, app, 30, true)
 	t0 := time.Now().Truncate(time.Millisecond)
 	oldAt := t0.Add(9 * time.Second) // the create's time: within the window, so hinted
 	newAt := t0.Add(3 * time.Second) // the PATCH's
@@ -137,26 +152,8 @@ func TestStaleHintAfterOwnerPatchRingsLate(t *testing.T) {
 // clock in its memory, and sets it back to the first PATCH's time, past the
 // latest_ring_at: the clock never rings, it expires.
 func TestStaleHintExpiresPatchedClock(t *testing.T) {
-	e := newEnv(t)
-	win := map[string]string{"CLOCKD_PRELOAD_WINDOW": "10s"}
-	a := startClusterNode(t, e, "a", win)
-	b, pb := slowBrokerNode(t, e, "b", win)
-	if v, _, ok := waitCluster(t, a, 30*time.Second, func(v clusterJSON) bool { return v.fair([]string{"a", "b"}) }); !ok {
-		t.Fatalf("shards not shared: %s", v)
-	}
-	// 50 ms on b's broker link makes the race certain; through the proxy
-	// with no delay it still lost 5 of 20 clocks in a run
-	pb.SetDelay(50 * time.Millisecond)
 	const app = "rvhint2"
-	cons := testenv.Consume(t, e.AMQP, e.Exchange, app)
-	owners := clusterViewOf(t, b).owners()
-	var bids []string
-	for i := 0; len(bids) < 20; i++ {
-		bid := fmt.Sprintf("k-%04d", i)
-		if owners[alarm.ShardOf(app, bid, clusterShards)] == b.ID {
-			bids = append(bids, bid)
-		}
-	}
+	a, b, cons, bids := hintPair(t, app, 20, true)
 	ctx := context.Background()
 	ids := make([]int64, len(bids))
 	for i, bid := range bids {
@@ -217,24 +214,12 @@ func TestStaleHintExpiresPatchedClock(t *testing.T) {
 // claim at the earlier time misses the row, whose time is read back. The
 // clock rings at its new time: not early, not late.
 func TestHintMovingAClockLaterStillRingsAtItsNewTime(t *testing.T) {
-	e := newEnv(t)
-	win := map[string]string{"CLOCKD_PRELOAD_WINDOW": "10s"}
-	a := startClusterNode(t, e, "a", win)
-	b := startClusterNode(t, e, "b", win)
-	if v, _, ok := waitCluster(t, a, 30*time.Second, func(v clusterJSON) bool { return v.fair([]string{"a", "b"}) }); !ok {
-		t.Fatalf("shards not shared: %s", v)
-	}
 	const app = "rvlater"
-	cons := testenv.Consume(t, e.AMQP, e.Exchange, app)
-	owners := clusterViewOf(t, b).owners()
+	a, b, cons, bids := hintPair(t, app, 20, false)
 	clocks := map[int64]clusterClock{}
 	t0 := time.Now().Truncate(time.Millisecond)
 	oldAt, newAt := t0.Add(3*time.Second), t0.Add(6*time.Second)
-	for i := 0; len(clocks) < 20; i++ {
-		bid := fmt.Sprintf("l-%04d", i)
-		if owners[alarm.ShardOf(app, bid, clusterShards)] != b.ID {
-			continue
-		}
+	for _, bid := range bids {
 		// created through the owner (in its memory at once), moved later
 		// through the other instance (a hint)
 		p := clusterCreate(t, b, app, bid, oldAt)
