@@ -86,8 +86,9 @@ func (c rerunConn) applied(ctx context.Context, query string) (bool, error) {
 	case "INSERT INTO":
 		return true, nil // a seed row, VALUES only (mayBeApplied)
 	case "CREATE TABLE":
-		open, end := strings.Index(body, "("), strings.LastIndex(body, ")")
-		if open < 0 || end < open {
+		open := strings.Index(body, "(")
+		end := closing(body, open)
+		if end < 0 {
 			return false, nil
 		}
 		var cols []string
@@ -271,6 +272,36 @@ func splitTop(s string) []string {
 		parts = append(parts, t)
 	}
 	return parts
+}
+
+// closing is the index of the parenthesis that closes the one at open in
+// s, outside quotes and backticks (-1: none). A table's options after its
+// columns hold more: a COMMENT with parentheses, PARTITION BY RANGE (...).
+func closing(s string, open int) int {
+	if open < 0 {
+		return -1
+	}
+	depth := 0
+	var quote byte
+	for i := open; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case quote != 0:
+			if ch == quote {
+				quote = 0
+			}
+		case ch == '\'' || ch == '"' || ch == '`':
+			quote = ch
+		case ch == '(':
+			depth++
+		case ch == ')':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 func unquote(name string) string { return strings.Trim(name, "`") }
