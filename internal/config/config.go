@@ -412,8 +412,9 @@ func zeroDurations(data []byte) []byte {
 			return
 		}
 		l, col := lines[v.Line-1], v.Column-1
-		// an anchored or tagged value's column is that of its "&a" or "!t"
-		for col >= 0 && col < len(l) && (l[col] == '&' || l[col] == '!') {
+		// an anchored value's column is that of its "&a" (a tagged one,
+		// "!!int 0", is left as written: its tag says what it is)
+		for col >= 0 && col < len(l) && l[col] == '&' {
 			for col < len(l) && l[col] != ' ' && l[col] != '\t' {
 				col++
 			}
