@@ -92,31 +92,33 @@ func (c rerunConn) applied(ctx context.Context, query string) (bool, error) {
 			return false, nil
 		}
 		var cols []string
-		for _, def := range splitTop(body[open+1 : end]) {
+		for _, def := range splitAt(body[open+1:end], ',') {
 			d := strings.Fields(def)
-			if len(d) == 0 {
-				return false, nil
-			}
 			switch strings.ToUpper(d[0]) {
 			case "PRIMARY", "KEY", "INDEX", "UNIQUE", "CONSTRAINT", "CHECK", "FOREIGN", "FULLTEXT", "SPATIAL":
 				continue
 			}
 			cols = append(cols, unquote(d[0]))
 		}
+		if len(cols) == 0 {
+			return false, nil
+		}
+		// the table has exactly these columns: as many, each of them
 		n, err := c.count(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", table)
 		if err != nil || n != int64(len(cols)) {
 			return false, err
 		}
+		args := []any{table}
 		for _, col := range cols {
-			if ok, err := c.has(ctx, "COLUMNS", "COLUMN_NAME", table, col); err != nil || !ok {
-				return false, err
-			}
+			args = append(args, col)
 		}
-		return true, nil
+		n, err = c.count(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME IN (?"+
+			strings.Repeat(", ?", len(cols)-1)+")", args...)
+		return err == nil && n == int64(len(cols)), err
 	case "ALTER TABLE":
 		rest := strings.TrimSpace(body[strings.Index(body, f[2])+len(f[2]):])
 		var again []string
-		for _, clause := range splitTop(rest) {
+		for _, clause := range splitAt(rest, ',') {
 			ok, redo, err := c.inEffect(ctx, table, clause)
 			if err != nil || !ok {
 				return false, err
@@ -244,64 +246,80 @@ func statementHead(query string) string {
 	return h
 }
 
-// splitTop splits s at the commas outside parentheses, quotes and
-// backticks, trimming each part.
-func splitTop(s string) []string {
-	var parts []string
-	depth, start := 0, 0
+// scanSQL calls visit with each byte of s from from on that is outside
+// quotes, backticks and "--" comments, with the parenthesis depth before
+// it; visit returns false to stop.
+func scanSQL(s string, from int, visit func(i int, ch byte, depth int) bool) {
+	depth := 0
 	var quote byte
-	for i := 0; i < len(s); i++ {
+	for i := from; i < len(s); i++ {
 		ch := s[i]
 		switch {
 		case quote != 0:
 			if ch == quote {
 				quote = 0 // a doubled quote closes and opens again: the same
 			}
+			continue
 		case ch == '\'' || ch == '"' || ch == '`':
 			quote = ch
-		case ch == '(':
+			continue
+		case ch == '-' && strings.HasPrefix(s[i:], "--"):
+			// a comment, to the end of its line: its apostrophes open no quote
+			if nl := strings.IndexByte(s[i:], '\n'); nl >= 0 {
+				i += nl
+			} else {
+				i = len(s)
+			}
+			continue
+		}
+		if !visit(i, ch, depth) {
+			return
+		}
+		switch ch {
+		case '(':
 			depth++
-		case ch == ')':
+		case ')':
 			depth--
-		case ch == ',' && depth == 0:
-			parts = append(parts, strings.TrimSpace(s[start:i]))
-			start = i + 1
 		}
 	}
-	if t := strings.TrimSpace(s[start:]); t != "" {
-		parts = append(parts, t)
+}
+
+// splitAt splits s at the bytes sep outside parentheses, quotes, backticks
+// and comments, trimming each part and leaving out empty ones.
+func splitAt(s string, sep byte) []string {
+	var parts []string
+	start := 0
+	add := func(part string) {
+		if t := strings.TrimSpace(part); t != "" {
+			parts = append(parts, t)
+		}
 	}
+	scanSQL(s, 0, func(i int, ch byte, depth int) bool {
+		if ch == sep && depth == 0 {
+			add(s[start:i])
+			start = i + 1
+		}
+		return true
+	})
+	add(s[start:])
 	return parts
 }
 
 // closing is the index of the parenthesis that closes the one at open in
-// s, outside quotes and backticks (-1: none). A table's options after its
-// columns hold more: a COMMENT with parentheses, PARTITION BY RANGE (...).
+// s (-1: none). A table's options after its columns hold more: a COMMENT
+// with parentheses, PARTITION BY RANGE (...).
 func closing(s string, open int) int {
-	if open < 0 {
-		return -1
-	}
-	depth := 0
-	var quote byte
-	for i := open; i < len(s); i++ {
-		ch := s[i]
-		switch {
-		case quote != 0:
-			if ch == quote {
-				quote = 0
+	end := -1
+	if open >= 0 {
+		scanSQL(s, open, func(i int, ch byte, depth int) bool {
+			if ch == ')' && depth == 1 {
+				end = i
+				return false
 			}
-		case ch == '\'' || ch == '"' || ch == '`':
-			quote = ch
-		case ch == '(':
-			depth++
-		case ch == ')':
-			depth--
-			if depth == 0 {
-				return i
-			}
-		}
+			return true
+		})
 	}
-	return -1
+	return end
 }
 
 func unquote(name string) string { return strings.Trim(name, "`") }

@@ -151,29 +151,9 @@ func TestEveryMigrationCanBeRunAgainStatementByStatement(t *testing.T) {
 // splitStatements splits SQL at the semicolons outside quotes and comments.
 func splitStatements(sql string) []string {
 	var out []string
-	var quote byte
-	start := 0
-	for i := 0; i < len(sql); i++ {
-		ch := sql[i]
-		switch {
-		case quote != 0:
-			if ch == quote {
-				quote = 0
-			}
-		case ch == '-' && strings.HasPrefix(sql[i:], "--"):
-			// a comment, to the end of its line: its apostrophes open no quote
-			if nl := strings.IndexByte(sql[i:], '\n'); nl >= 0 {
-				i += nl
-			} else {
-				i = len(sql)
-			}
-		case ch == '\'' || ch == '"' || ch == '`':
-			quote = ch
-		case ch == ';':
-			if s := strings.TrimSpace(sql[start:i]); statementBody(s) != "" {
-				out = append(out, s)
-			}
-			start = i + 1
+	for _, s := range splitAt(sql, ';') {
+		if statementBody(s) != "" { // not a comment alone
+			out = append(out, s)
 		}
 	}
 	return out
