@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"math/big"
@@ -62,7 +63,22 @@ func serveInProcess(t *testing.T, env map[string]string, client *http.Client, ba
 
 func get(t *testing.T, client *http.Client, url, token string) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequest("GET", url, nil)
+	return request(t, client, "GET", url, token, nil)
+}
+
+// request sends body (nil: none; else as JSON) with token (if any) and
+// returns the answer's status, headers and body.
+func request(t *testing.T, client *http.Client, method, url, token string, body any) (int, http.Header, string) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +87,7 @@ func get(t *testing.T, client *http.Client, url, token string) (int, http.Header
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)

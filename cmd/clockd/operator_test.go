@@ -19,30 +19,30 @@ import (
 	"github.com/clockd/clockd/internal/testenv"
 )
 
-// freshDSN is a DSN naming a database that does not exist yet
-// (review_ops_...); it is dropped when the test ends if anything made it.
+// freshDSN is a DSN naming a database that does not exist yet; it is
+// dropped when the test ends if anything made it.
 func freshDSN(t *testing.T) (dsn, name string) {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(testenv.ServerDSN())
-	if err != nil {
+	dsn = testenv.MySQLDSN(t) // made now, dropped when the test ends
+	name = testenv.DatabaseName(t, dsn)
+	if _, err := serverDB(t).Exec("DROP DATABASE `" + name + "`"); err != nil {
 		t.Fatal(err)
 	}
-	cfg.DBName = ""
-	admin := cfg.FormatDSN()
-	name = testenv.Name("review_ops_")
-	t.Cleanup(func() {
-		db, err := sql.Open("mysql", admin)
-		if err != nil {
-			return
-		}
-		defer db.Close()
-		_, _ = db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
-	})
-	cfg.DBName = name
-	return cfg.FormatDSN(), name
+	return dsn, name
 }
 
 func databaseExists(t *testing.T, name string) bool {
+	t.Helper()
+	var n int
+	if err := serverDB(t).QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// serverDB is a connection to the test MySQL server, no database selected,
+// closed when the test ends.
+func serverDB(t *testing.T) *sql.DB {
 	t.Helper()
 	cfg, err := mysql.ParseDSN(testenv.ServerDSN())
 	if err != nil {
@@ -53,12 +53,8 @@ func databaseExists(t *testing.T, name string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	var n int
-	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n > 0
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // README, Configuration: "A bad value stops clockd at start with a message

@@ -54,8 +54,6 @@ func hintPair(t *testing.T, app string, n int, slow bool) (a, b *clusterNode, co
 	return a, b, cons, bids
 }
 
-func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
 func deref(s *string) string {
 	if s == nil {
 		return "null"
@@ -92,7 +90,7 @@ func TestStaleHintAfterOwnerPatchRingsLate(t *testing.T) {
 			ctx := context.Background()
 			var c httpapi.Clock
 			code, err := a.Do(ctx, "POST", "/v1/clocks", map[string]any{
-				"application": app, "business_id": bid, "payload": bid, "ring_at": rfc(oldAt),
+				"application": app, "business_id": bid, "payload": bid, "ring_at": rfc3339ms(oldAt),
 			}, &c)
 			if err != nil || code != http.StatusCreated {
 				t.Errorf("create %s via %s: %d %v", bid, a.ID, code, err)
@@ -100,7 +98,7 @@ func TestStaleHintAfterOwnerPatchRingsLate(t *testing.T) {
 			}
 			// then, at once, the client moves it, through the other instance
 			var p httpapi.Clock
-			pcode, err := b.Do(ctx, "PATCH", "/v1/clocks/"+app+"/"+bid, map[string]any{"ring_at": rfc(newAt)}, &p)
+			pcode, err := b.Do(ctx, "PATCH", "/v1/clocks/"+app+"/"+bid, map[string]any{"ring_at": rfc3339ms(newAt)}, &p)
 			if err != nil {
 				t.Errorf("patch %s: %v", bid, err)
 			}
@@ -132,7 +130,7 @@ func TestStaleHintAfterOwnerPatchRingsLate(t *testing.T) {
 		}
 		if lateness := g.Received.Sub(newAt); lateness > time.Second {
 			late = append(late, fmt.Sprintf("%s (id %d): PATCH answered 200 ring_at %s (header x-clock-ring-at %s), received %s late",
-				bids[i], r.id, r.patchedRingAt, rfc(g.RingAt), lateness.Round(time.Millisecond)))
+				bids[i], r.id, r.patchedRingAt, rfc3339ms(g.RingAt), lateness.Round(time.Millisecond)))
 		}
 	}
 	if len(late) > 0 {
@@ -174,11 +172,11 @@ func TestStaleHintExpiresPatchedClock(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if code, err := a.Do(ctx, "PATCH", "/v1/clocks/"+app+"/"+bid, map[string]any{"ring_at": rfc(firstAt)}, nil); err != nil || code != 200 {
+			if code, err := a.Do(ctx, "PATCH", "/v1/clocks/"+app+"/"+bid, map[string]any{"ring_at": rfc3339ms(firstAt)}, nil); err != nil || code != 200 {
 				t.Errorf("first PATCH %s via a: %d %v", bid, code, err)
 				return
 			}
-			if code, err := b.Do(ctx, "PATCH", "/v1/clocks/"+app+"/"+bid, map[string]any{"ring_at": rfc(newAt), "latest_ring_at": rfc(latest)}, nil); err != nil || code != 200 {
+			if code, err := b.Do(ctx, "PATCH", "/v1/clocks/"+app+"/"+bid, map[string]any{"ring_at": rfc3339ms(newAt), "latest_ring_at": rfc3339ms(latest)}, nil); err != nil || code != 200 {
 				t.Errorf("second PATCH %s via b: %d %v", bid, code, err)
 			}
 		}()
@@ -224,7 +222,7 @@ func TestHintMovingAClockLaterStillRingsAtItsNewTime(t *testing.T) {
 		// through the other instance (a hint)
 		p := clusterCreate(t, b, app, bid, oldAt)
 		var c httpapi.Clock
-		if code, err := a.Do(context.Background(), "PATCH", "/v1/clocks/"+app+"/"+bid, map[string]any{"ring_at": rfc(newAt)}, &c); err != nil || code != http.StatusOK {
+		if code, err := a.Do(context.Background(), "PATCH", "/v1/clocks/"+app+"/"+bid, map[string]any{"ring_at": rfc3339ms(newAt)}, &c); err != nil || code != http.StatusOK {
 			t.Fatalf("PATCH %s through a: %d %v", bid, code, err)
 		}
 		p.RingAt = newAt

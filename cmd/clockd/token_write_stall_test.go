@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -17,29 +15,9 @@ import (
 // code, the body and how long the answer took.
 func authedDo(t *testing.T, d *testenv.Clockd, method, path, token string, body any) (int, string, time.Duration) {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = bytes.NewReader(b)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, d.URL+path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(data), time.Since(start)
+	code, _, data := request(t, &http.Client{Timeout: time.Minute}, method, d.URL+path, token, body)
+	return code, data, time.Since(start)
 }
 
 // MySQL takes reads but holds writes: a backup's FLUSH TABLES WITH READ
