@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -137,57 +138,49 @@ func (c rerunConn) applied(ctx context.Context, query string) (bool, error) {
 	return false, nil
 }
 
+// alterObjects: what an ALTER TABLE clause beginning with words makes
+// (present) or removes, and the information_schema view and column that
+// list it by name (the word after words). The longer words come first.
+var alterObjects = []struct {
+	words        []string
+	view, column string
+	present      bool
+}{
+	{[]string{"ADD", "UNIQUE", "INDEX"}, "STATISTICS", "INDEX_NAME", true},
+	{[]string{"ADD", "UNIQUE", "KEY"}, "STATISTICS", "INDEX_NAME", true},
+	{[]string{"ADD", "UNIQUE"}, "STATISTICS", "INDEX_NAME", true},
+	{[]string{"ADD", "INDEX"}, "STATISTICS", "INDEX_NAME", true},
+	{[]string{"ADD", "KEY"}, "STATISTICS", "INDEX_NAME", true},
+	{[]string{"ADD", "CONSTRAINT"}, "TABLE_CONSTRAINTS", "CONSTRAINT_NAME", true},
+	{[]string{"ADD", "COLUMN"}, "COLUMNS", "COLUMN_NAME", true},
+	{[]string{"DROP", "INDEX"}, "STATISTICS", "INDEX_NAME", false},
+	{[]string{"DROP", "KEY"}, "STATISTICS", "INDEX_NAME", false},
+	{[]string{"DROP", "CONSTRAINT"}, "TABLE_CONSTRAINTS", "CONSTRAINT_NAME", false},
+	{[]string{"DROP", "CHECK"}, "TABLE_CONSTRAINTS", "CONSTRAINT_NAME", false},
+	{[]string{"DROP", "COLUMN"}, "COLUMNS", "COLUMN_NAME", false},
+}
+
 // inEffect reports whether ALTER TABLE clause of table is in effect, or
 // (redo) is a MODIFY or CHANGE to run again.
 func (c rerunConn) inEffect(ctx context.Context, table, clause string) (ok, redo bool, err error) {
-	f := strings.Fields(clause)
-	up := make([]string, len(f))
-	for i, w := range f {
-		up[i] = strings.ToUpper(w)
-	}
+	f := strings.Fields(strings.ToUpper(clause))
 	switch {
 	case len(f) == 0:
 		return false, false, nil
-	case strings.HasPrefix(up[0], "ALGORITHM") || strings.HasPrefix(up[0], "LOCK"):
+	case strings.HasPrefix(f[0], "ALGORITHM") || strings.HasPrefix(f[0], "LOCK"):
 		return true, false, nil
-	case len(f) < 2:
-		return false, false, nil
-	}
-	name := func(i int) string {
-		if i < len(f) {
-			return unquote(strings.TrimSuffix(strings.SplitN(f[i], "(", 2)[0], ","))
-		}
-		return ""
-	}
-	has := func(view, column, obj string) (bool, bool, error) {
-		ok, err := c.has(ctx, view, column, table, obj)
-		return ok, false, err
-	}
-	hasNot := func(view, column, obj string) (bool, bool, error) {
-		ok, err := c.has(ctx, view, column, table, obj)
-		return !ok, false, err
-	}
-	switch {
-	case up[0] == "MODIFY" || up[0] == "CHANGE":
+	case f[0] == "MODIFY" || f[0] == "CHANGE":
 		return true, true, nil
-	case up[0] == "ADD" && (up[1] == "INDEX" || up[1] == "KEY"):
-		return has("STATISTICS", "INDEX_NAME", name(2))
-	case up[0] == "ADD" && up[1] == "UNIQUE":
-		i := 2
-		if i < len(up) && (up[i] == "INDEX" || up[i] == "KEY") {
-			i++
+	}
+	for _, o := range alterObjects {
+		if len(f) <= len(o.words) || !slices.Equal(f[:len(o.words)], o.words) {
+			continue
 		}
-		return has("STATISTICS", "INDEX_NAME", name(i))
-	case up[0] == "ADD" && up[1] == "CONSTRAINT":
-		return has("TABLE_CONSTRAINTS", "CONSTRAINT_NAME", name(2))
-	case up[0] == "ADD" && up[1] == "COLUMN":
-		return has("COLUMNS", "COLUMN_NAME", name(2))
-	case up[0] == "DROP" && (up[1] == "INDEX" || up[1] == "KEY"):
-		return hasNot("STATISTICS", "INDEX_NAME", name(2))
-	case up[0] == "DROP" && (up[1] == "CONSTRAINT" || up[1] == "CHECK"):
-		return hasNot("TABLE_CONSTRAINTS", "CONSTRAINT_NAME", name(2))
-	case up[0] == "DROP" && up[1] == "COLUMN":
-		return hasNot("COLUMNS", "COLUMN_NAME", name(2))
+		// the name as written (its case), up to a parenthesis
+		name := strings.Fields(clause)[len(o.words)]
+		name = unquote(strings.TrimSuffix(strings.SplitN(name, "(", 2)[0], ","))
+		has, err := c.has(ctx, o.view, o.column, table, name)
+		return has == o.present, false, err
 	}
 	return false, false, nil // not told apart: the error stands
 }
