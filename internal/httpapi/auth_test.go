@@ -299,3 +299,57 @@ func TestAuthNoExistenceLeak(t *testing.T) {
 		t.Errorf("token revoked by a malformed id: %d %s", a.code, a.body)
 	}
 }
+
+// TestAuthMissesNeedATokenToo: with tokens on, a request that no route
+// takes (an unknown path, another method, a path with an empty or dot
+// segment) answers 401 without a valid token, not the 404, 405 with its
+// Allow header, or 400 that map the API for anyone (found by review); with
+// a token it gets those answers as before.
+func TestAuthMissesNeedATokenToo(t *testing.T) {
+	t.Parallel()
+	e := newAuthAPI(t)
+	app := e.newToken(map[string]any{"application": "order", "scopes": []string{"read"}})
+	probes := []struct {
+		method, path string
+		withToken    int
+		allow        string
+	}{
+		{"OPTIONS", "/v1/clocks", 405, "GET, HEAD, POST"},
+		{"PROPFIND", "/v1/clocks/order/o-1", 405, "DELETE, GET, HEAD, PATCH"},
+		{"PUT", "/v1/clocks/order/o-1", 405, "DELETE, GET, HEAD, PATCH"},
+		{"GET", "/v1/clocks/order/o-1/replay", 405, "POST"},
+		{"POST", "/v1/tokens/1", 405, "DELETE"},
+		{"POST", "/v1/applications/order/quota", 405, "GET, HEAD, PUT"},
+		{"DELETE", "/metrics", 405, "GET, HEAD"},
+		{"GET", "/v1/no-such-route", 404, ""},
+		{"GET", "/V1/CLOCKS", 404, ""},
+		{"GET", "/", 404, ""},
+		{"GET", "/v1/clocks//o-1", 400, ""},
+		{"GET", "/v1/./tokens", 400, ""},
+	}
+	for _, p := range probes {
+		for _, tok := range []string{"", "not-a-token"} {
+			a := e.call(tok, p.method, p.path, nil)
+			if a.code != http.StatusUnauthorized || a.header.Get("Allow") != "" {
+				t.Errorf("%s %s with token %q: %d (Allow %q) %s, want 401 and no Allow", p.method, p.path, tok, a.code, a.header.Get("Allow"), a.body)
+				continue
+			}
+			checkErrorJSON(t, a.code, a.body)
+			if !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("%s %s: 401 without WWW-Authenticate: Bearer", p.method, p.path)
+			}
+		}
+		for _, tok := range []string{app.Secret, bootstrapAdmin} {
+			a := e.call(tok, p.method, p.path, nil)
+			if a.code != p.withToken || a.header.Get("Allow") != p.allow {
+				t.Errorf("%s %s with a token: %d (Allow %q) %s, want %d (Allow %q)", p.method, p.path, a.code, a.header.Get("Allow"), a.body, p.withToken, p.allow)
+			}
+		}
+	}
+	// the probes stay open
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if a := e.call("", "GET", path, nil); a.code != 200 {
+			t.Errorf("GET %s without a token: %d %s", path, a.code, a.body)
+		}
+	}
+}

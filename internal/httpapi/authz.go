@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
@@ -44,35 +45,9 @@ func (a *api) handle(pattern string, need access, h http.HandlerFunc, query ...s
 		return
 	}
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		p := auth.Anyone
-		if a.auth != nil {
-			// a token not in the cache costs a MySQL lookup, and anyone can
-			// make up well-formed ones: the checks under way are capped as
-			// the requests are; past the cap a token is taken from the
-			// cache only, and one that needs a lookup answers 503 at once
-			// (known tokens are not crowded out by made-up ones)
-			ctx, cancel := a.bounded(r)
-			slot := a.limit.checkIn()
-			if !slot {
-				ctx = auth.CachedOnly(ctx)
-			}
-			if need == needScrape {
-				ctx = auth.StaleOK(ctx)
-			}
-			var err error
-			p, err = a.auth.Authenticate(ctx, r.Header.Get("Authorization"))
-			cancel()
-			if slot {
-				a.limit.checkOut()
-			}
-			if errors.Is(err, auth.ErrNeedsLookup) {
-				tooBusy(w, r)
-				return
-			}
-			if err != nil {
-				a.fail(w, r, err)
-				return
-			}
+		p, ok := a.authenticate(w, r, need)
+		if !ok {
+			return
 		}
 		var err error
 		switch need {
@@ -95,6 +70,64 @@ func (a *api) handle(pattern string, need access, h http.HandlerFunc, query ...s
 		}
 		a.limit.serve(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), a.maxBody, h)
 	})
+}
+
+// authenticate finds the caller of r from its token (auth.Anyone with auth
+// off). When it cannot, it answers (401, or 503 when the lookup must wait)
+// and returns false.
+func (a *api) authenticate(w http.ResponseWriter, r *http.Request, need access) (auth.Principal, bool) {
+	if a.auth == nil {
+		return auth.Anyone, true
+	}
+	// a token not in the cache costs a MySQL lookup, and anyone can make up
+	// well-formed ones: the checks under way are capped as the requests
+	// are; past the cap a token is taken from the cache only, and one that
+	// needs a lookup answers 503 at once (known tokens are not crowded out
+	// by made-up ones)
+	ctx, cancel := a.bounded(r)
+	slot := a.limit.checkIn()
+	if !slot {
+		ctx = auth.CachedOnly(ctx)
+	}
+	if need == needScrape {
+		ctx = auth.StaleOK(ctx)
+	}
+	p, err := a.auth.Authenticate(ctx, r.Header.Get("Authorization"))
+	cancel()
+	if slot {
+		a.limit.checkOut()
+	}
+	if errors.Is(err, auth.ErrNeedsLookup) {
+		tooBusy(w, r)
+		return p, false
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return p, false
+	}
+	return p, true
+}
+
+// refuseAnonymous answers 401 (or 503, as a route would) to a request
+// without a valid token, and reports whether it did. misses and canonical
+// ask it before they answer 404, 405 or 400 to a request no route takes
+// (an unknown path, another method, a path with an empty or dot segment):
+// SPEC's "every call under /v1 needs a token" holds for those too, and a
+// 405's Allow header does not map the API for anyone who asks (found by
+// review). The probes and the console (its own sessions) are left to
+// themselves; a request a route takes is authenticated by the route, once.
+func (a *api) refuseAnonymous(w http.ResponseWriter, r *http.Request) bool {
+	if a.auth == nil {
+		return false
+	}
+	switch p := r.URL.Path; {
+	case p == "/healthz" || p == "/readyz":
+		return false
+	case a.consolePrefix != "" && strings.HasPrefix(p, a.consolePrefix):
+		return false
+	}
+	_, ok := a.authenticate(w, r, needToken)
+	return !ok
 }
 
 // bounded is r's context with the deadline of one request's MySQL work.

@@ -324,16 +324,18 @@ func idNote(r *http.Request) string {
 }
 
 // misses answers the mux's own 404 and 405 (with its Allow header) in the
-// API's JSON error form.
-func misses(mux *http.ServeMux) http.Handler {
+// API's JSON error form, once refuse has not answered the request (a call
+// without its token is told that instead).
+func misses(mux *http.ServeMux, refuse func(http.ResponseWriter, *http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mux.ServeHTTP(&missWriter{ResponseWriter: w, r: r}, r)
+		mux.ServeHTTP(&missWriter{ResponseWriter: w, r: r, refuse: refuse}, r)
 	})
 }
 
 type missWriter struct {
 	http.ResponseWriter
 	r       *http.Request
+	refuse  func(http.ResponseWriter, *http.Request) bool
 	replied bool
 }
 
@@ -346,6 +348,14 @@ func (m *missWriter) WriteHeader(code int) {
 	}
 	m.replied = true
 	m.Header().Del("X-Content-Type-Options")
+	allow := m.Header().Get("Allow")
+	m.Header().Del("Allow") // a 401 does not list the methods
+	if m.refuse(m.ResponseWriter, m.r) {
+		return
+	}
+	if allow != "" {
+		m.Header().Set("Allow", allow)
+	}
 	if code == http.StatusNotFound {
 		writeError(m.ResponseWriter, code, ErrorDetail{"not_found", "no route " + m.r.Method + " " + m.r.URL.Path})
 		return

@@ -83,6 +83,8 @@ type api struct {
 	limit   *limiter
 	dbTime  time.Duration
 	failLog *lograte.Limiter
+	// consolePrefix: the console's paths, whose sessions it checks itself
+	consolePrefix string
 
 	// the last readiness answer (readyz), reused for readyFor; readyRun:
 	// the checks under way
@@ -107,7 +109,7 @@ func New(o Options) http.Handler {
 	a := &api{svc: o.Service, log: o.Logger, maxBody: o.MaxBodyBytes, maxList: o.MaxListBytes, ready: o.Ready,
 		cluster: o.Cluster, auth: o.Auth, quotas: o.Quotas, mux: http.NewServeMux(), limit: newLimiter(o.MaxConcurrent, o.MaxBodyBytes),
 		failLog: lograte.New(failureLogEvery, time.Now),
-		dbTime:  o.DBTimeout}
+		dbTime:  o.DBTimeout, consolePrefix: o.ConsolePrefix}
 	if a.dbTime <= 0 {
 		a.dbTime = alarm.DefaultTimeout
 	}
@@ -141,7 +143,7 @@ func New(o Options) http.Handler {
 	// No catch-all route: the mux itself answers 404 for an unknown path
 	// and 405 with Allow for a known path with another method; misses
 	// turns both into JSON errors.
-	var h http.Handler = crossOrigin(misses(a.mux))
+	var h http.Handler = crossOrigin(misses(a.mux, a.refuseAnonymous))
 	if o.Console != nil {
 		if o.ConsoleMaxBody <= 0 {
 			o.ConsoleMaxBody = 64 << 10
@@ -155,15 +157,19 @@ func New(o Options) http.Handler {
 	}
 	// every answer, the console's too, carries its X-Request-Id and is
 	// counted by route
-	return withRequestState(instrument(canonical(h), o.Registerer), o.Logger)
+	return withRequestState(instrument(canonical(h, a.refuseAnonymous), o.Registerer), o.Logger)
 }
 
 // canonical refuses a path with an empty, "." or ".." segment, which Go's
 // mux would answer with a redirect to the cleaned path as an HTML page
-// (found by review): an API client is told what is wrong instead.
-func canonical(next http.Handler) http.Handler {
+// (found by review): an API client is told what is wrong instead (once
+// refuse has not answered it: a call without its token is told that).
+func canonical(next http.Handler, refuse func(http.ResponseWriter, *http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && p != cleanPath(p) {
+			if refuse(w, r) {
+				return
+			}
 			writeError(w, http.StatusBadRequest, ErrorDetail{"invalid_argument",
 				"path " + quote.Short(p) + " has an empty, \".\" or \"..\" segment; did you mean " + quote.Short(cleanPath(p)) + "?" + idNote(r)})
 			return
