@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/clockd/clockd/internal/auth"
 )
@@ -50,13 +52,20 @@ func QuotaJSON(q auth.Quota) Quota {
 
 // decodeFields reads a JSON object whose keys must be among fields (exact
 // spelling, each once) and unmarshals each value into its destination.
-func decodeFields(data []byte, fields map[string]any) error {
+// With whole (what to say when one is missing), every key must be there,
+// and not null.
+func decodeFields(data []byte, fields map[string]any, whole string) error {
 	raw := map[string]*json.RawMessage{}
 	for k := range fields {
 		raw[k] = new(json.RawMessage)
 	}
 	if err := decodeObject(data, func(k string) *json.RawMessage { return raw[k] }); err != nil {
 		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if v := *raw[k]; whole != "" && (v == nil || isNull(v)) {
+			return badField(k, "missing; %s", whole)
+		}
 	}
 	for k, dst := range fields {
 		v := *raw[k]
@@ -98,7 +107,7 @@ func (a *api) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	var n auth.NewToken
 	var scopes []string
-	if err := decodeFields(data, map[string]any{"application": &n.Application, "admin": &n.Admin, "scopes": &scopes, "name": &n.Name}); err != nil {
+	if err := decodeFields(data, map[string]any{"application": &n.Application, "admin": &n.Admin, "scopes": &scopes, "name": &n.Name}, ""); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -177,7 +186,10 @@ func (a *api) setQuota(w http.ResponseWriter, r *http.Request) {
 	}
 	q := auth.Quota{Application: r.PathValue("application")}
 	if err := decodeFields(data, map[string]any{"max_live_clocks": &q.MaxLiveClocks,
-		"creates_per_second": &q.CreatesPerSecond, "max_payload_bytes": &q.MaxPayloadBytes}); err != nil {
+		"creates_per_second": &q.CreatesPerSecond, "max_payload_bytes": &q.MaxPayloadBytes},
+		// a field left out or null would lift its limit (0) unsaid (found by review)
+		"a PUT sets the whole quota, each of max_live_clocks, creates_per_second and max_payload_bytes (0 = no limit); "+
+			"GET it first to keep the limits you do not change"); err != nil {
 		a.fail(w, r, err)
 		return
 	}

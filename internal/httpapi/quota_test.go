@@ -114,7 +114,9 @@ func TestQuotaLiveClocksAndPayload(t *testing.T) {
 	if a := e.call(tok.Secret, "POST", "/v1/clocks", createBody("order", "l-3", "payload", "12345678901")); a.code != 201 {
 		t.Errorf("without a quota: %d %s", a.code, a.body)
 	}
-	for _, b := range []string{`{"max_live_clocks":-1}`, `{"max_live_clocks":"x"}`, `{"colour":1}`, `[1]`} {
+	const rest = `"creates_per_second":0,"max_payload_bytes":0`
+	for _, b := range []string{`{"max_live_clocks":-1,` + rest + `}`, `{"max_live_clocks":"x",` + rest + `}`,
+		`{"max_live_clocks":0,"colour":1,` + rest + `}`, `[1]`} {
 		if a := e.call(bootstrapAdmin, "PUT", "/v1/applications/order/quota", b); a.code != 400 {
 			t.Errorf("quota %s: %d %s, want 400", b, a.code, a.body)
 		}
@@ -240,5 +242,35 @@ func TestQuotaPayloadOfReschedule(t *testing.T) {
 	a := e.call(tok.Secret, "PATCH", "/v1/clocks/order/p-1", map[string]string{"payload": big})
 	if a.code != 200 || checkClockJSON(t, a.body).Payload != big {
 		t.Errorf("PATCH without a quota: %d %s", a.code, a.body)
+	}
+}
+
+// TestQuotaPutNeedsEveryField: a PUT of a quota that leaves a limit out, or
+// sends it null, answers 400 naming it and changes nothing; it had answered
+// 200 and lifted that limit (0 = no limit), unsaid (found by review).
+func TestQuotaPutNeedsEveryField(t *testing.T) {
+	t.Parallel()
+	e := newAuthAPI(t)
+	e.setQuota("order", 7, 3, 100)
+	for _, b := range []struct{ body, missing string }{
+		{`{"creates_per_second":5}`, "max_live_clocks"},
+		{`{"max_live_clocks":7,"creates_per_second":5}`, "max_payload_bytes"},
+		{`{"max_live_clocks":null,"creates_per_second":5,"max_payload_bytes":100}`, "max_live_clocks"},
+		{`{}`, "creates_per_second"},
+	} {
+		a := e.call(bootstrapAdmin, "PUT", "/v1/applications/order/quota", b.body)
+		mustAnswer(t, a, 400, "PUT "+b.body)
+		if !strings.Contains(string(a.body), b.missing+": missing; ") || !strings.Contains(string(a.body), "GET it first") {
+			t.Errorf("PUT %s: %s, want it to name %s as missing and say what to do", b.body, a.body, b.missing)
+		}
+	}
+	a := e.call(bootstrapAdmin, "GET", "/v1/applications/order/quota", nil)
+	mustAnswer(t, a, 200, "GET quota")
+	var q httpapi.Quota
+	if err := json.Unmarshal(a.body, &q); err != nil {
+		t.Fatal(err)
+	}
+	if q.MaxLiveClocks != 7 || q.CreatesPerSecond != 3 || q.MaxPayloadBytes != 100 {
+		t.Errorf("quota after refused PUTs: %+v, want 7 / 3 / 100 kept", q)
 	}
 }
