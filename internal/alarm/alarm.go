@@ -212,7 +212,8 @@ func AnswerExisting(n NewClock, ex Clock) CreateResult {
 			break
 		}
 		msg = fmt.Sprintf("clock %s/%s exists with different content and is ringing now (firing): once it has rung, "+
-			"a create for the key sets a new clock; retry in a moment", ex.Application, ex.BusinessID)
+			"a create for the key sets a new clock (but one identical to a clock of the key created within "+
+			"clock.idempotency_window that rang is taken for its retry and answered with it); retry in a moment", ex.Application, ex.BusinessID)
 	default:
 		msg = fmt.Sprintf("clock %s/%s exists with different content (status %s)", ex.Application, ex.BusinessID, ex.Status)
 	}

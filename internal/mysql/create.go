@@ -764,8 +764,18 @@ func (s *Store) answerFor(n alarm.NewClock, ex alarm.Clock, archived []alarm.Clo
 // within the window is still in clock unless its key was re-armed: the
 // retentions are at least the window.) archived are the key's clocks
 // archivedOf found.
+//
+// A clock the application cancelled is not among them: its create was
+// answered or found, since the application acted on the clock, and a
+// create identical to it after the key was set to something else since is
+// the application setting it again, as the pending clock's 409 tells it to
+// ("cancel it and create it again"); answered with the cancelled clock, it
+// set nothing and nothing rang (found by review).
 func (s *Store) retryOfArchived(n alarm.NewClock, archived []alarm.Clock, now time.Time) (alarm.CreateResult, bool) {
 	for _, c := range archived {
+		if c.Status == alarm.StatusCancelled {
+			continue
+		}
 		if n.Same(c) && now.Sub(c.CreatedAt) < s.cfg.IdempotencyWindow {
 			return alarm.CreateResult{Clock: c}, false
 		}
