@@ -94,6 +94,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Logger:     log, Registerer: reg,
 	})
 	defer store.Close()
+	// the ring loop's, the API's and the janitor's time: MySQL's clock as
+	// seen from here (an instance whose own clock ran ahead would ring
+	// early, and move a clock to history before its idempotency window
+	// ended: create_time and update_time are MySQL's)
+	clk := clocksync.New(log, reg)
 	var loop *ring.Loop // the janitor yields to it; the loop is made below
 	jan := janitor.New(janitor.Config{
 		InstanceID: cfg.Cluster.InstanceID, Retention: cfg.Janitor.Retention, RetentionFailed: cfg.Janitor.RetentionFailed,
@@ -103,7 +108,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		// set before the janitor starts)
 		Busy:      func() bool { return loop != nil && loop.Busy(5*time.Second) },
 		BusyShare: float64(cfg.Janitor.BusyPercent) / 100, Pause: cfg.Janitor.Pause,
-		Logger: log, Registerer: reg,
+		Now: clk.Now, Logger: log, Registerer: reg,
 	}, store)
 
 	pub, err := rabbit.New(rabbit.Config{
@@ -121,9 +126,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("listen %s: %w", cfg.HTTP.Addr, err)
 	}
 
-	// the ring loop's and the API's time: MySQL's clock as seen from here
-	// (an instance whose own clock ran ahead would ring early)
-	clk := clocksync.New(log, reg)
 	queue := ring.NewQueue()
 	var feeder *preload.Manager
 	var authn *auth.Authenticator // a token revoked elsewhere is forgotten here at once
