@@ -40,7 +40,9 @@ Lists clocks (GET /v1/clocks), newest first, as a table of id, application,
 business id, status, ring time and attempts; -json prints one clock per line
 instead. Without -all one page is shown and the cursor of the next page is
 printed on stderr; -all follows the cursors to the end.
-STATUS is one of pending, firing, rung, cancelled, expired, dead.
+STATUS is one of pending, firing, rung, cancelled, expired, dead. Finished
+clocks are listed until they move to history after their retention
+(janitor.retention, 24h by default): clockctl get finds one there.
 
 Examples:
   clockctl list -app order -status pending
