@@ -266,17 +266,34 @@ func (s *Schedule) nextCron(after time.Time) time.Time {
 	return time.Time{}
 }
 
-// nextReal is the library's own search in the zone: real time.
+// nextReal is the first occurrence after `after` in real time: an instant
+// whose local time in the zone matches. Between two of the zone's changes
+// its offset is fixed, and the library's search in that fixed offset is
+// exact; an occurrence it finds past the period's end is searched again in
+// the next period, with that period's offset. The library's own search in
+// the zone rounds a local midnight that does not exist (Asia/Beirut's
+// clocks go forward at 00:00) back into the day before and then passed
+// over the whole day: "0 * * * 0" skipped that Sunday's 23 hours (found by
+// review).
 func (s *Schedule) nextReal(after time.Time) time.Time {
-	// robfig's SpecSchedule computes in the location of the time it is
-	// given when its own is UTC-less; give it the zone's time.
 	spec := *s.cron.(*cron.SpecSchedule)
-	spec.Location = s.loc
-	t := spec.Next(after.In(s.loc))
-	if t.IsZero() {
-		return t
+	from, period := after, after // search after from, with the offset in force at period
+	for range 64 { // two changes a year at most, in the five years the library looks ahead
+		l := period.In(s.loc)
+		name, off := l.Zone()
+		spec.Location = time.FixedZone(name, off)
+		t := spec.Next(from.In(spec.Location))
+		if t.IsZero() {
+			return t
+		}
+		_, end := l.ZoneBounds()
+		if end.IsZero() || t.Before(end) {
+			return t.UTC()
+		}
+		// the next period: occurrences at or after its start
+		from, period = end.Add(-time.Nanosecond), end
 	}
-	return t.UTC()
+	return time.Time{}
 }
 
 // wallOf is the wall time of t in loc, as a UTC time with the same fields.
@@ -329,8 +346,10 @@ func (s *Schedule) Upcoming(current time.Time, n int) []time.Time {
 	return out
 }
 
-// catchUpScan bounds the occurrences After walks through to find the
-// missed ones of a catch_up schedule; past it, the schedule skips.
+// catchUpScan bounds the occurrences After walks through to find the latest
+// missed ones of a catch_up schedule: past it (a schedule that crowds more
+// occurrences into the stretch before now that holds its latest
+// CatchUpLimit), the schedule skips.
 const catchUpScan = 100_000
 
 // After returns the occurrence to ring after the occurrence occ finished
@@ -353,28 +372,52 @@ func (s *Schedule) After(occ, now time.Time, rung int) (time.Time, bool) {
 	if s.spec.Misfire != MisfireCatchUp {
 		return s.Next(now)
 	}
-	// next is missed: walk the missed ones, keeping the latest CatchUpLimit
-	oldest := time.Time{} // occurrences before it are past their deadline
-	if d := s.spec.OccurrenceDeadline; d > 0 {
+	oldest := next // occurrences before it are not missed, or past their deadline
+	if d := s.spec.OccurrenceDeadline; d > 0 && now.Add(-d).After(oldest) {
 		oldest = now.Add(-d)
 	}
-	keep := make([]time.Time, 0, s.spec.CatchUpLimit)
-	t := next
-	for range catchUpScan {
-		if !t.Before(oldest) {
-			if len(keep) == s.spec.CatchUpLimit {
-				keep = append(keep[:0], keep[1:]...)
-			}
-			keep = append(keep, t)
+	// The latest CatchUpLimit missed ones lie in the stretch just before
+	// now: look back over a stretch that doubles until it holds them all or
+	// reaches oldest. Walking from the oldest missed one instead stopped
+	// after catchUpScan and skipped them all: a 1 s interval down for 28 h
+	// rang none of its latest (found by review).
+	for back := time.Second; ; back *= 2 {
+		from := now.Add(-back)
+		whole := !from.After(oldest)
+		if whole {
+			from = oldest
 		}
-		n, ok := s.Next(t)
-		if !ok || n.After(now) {
-			if len(keep) > 0 {
-				return keep[0], true
-			}
-			return n, ok
+		first, kept, after, afterOK, walked := s.missed(from, now)
+		if !walked {
+			return s.Next(now) // too many to walk: skip
 		}
-		t = n
+		if whole || kept == s.spec.CatchUpLimit {
+			if kept > 0 {
+				return first, true
+			}
+			return after, afterOK
+		}
 	}
-	return s.Next(now) // too many missed to walk: skip
+}
+
+// missed walks the occurrences at or after from and at or before now, and
+// returns the first of the latest CatchUpLimit of them and how many those
+// are, with the first occurrence after now; walked is false when there
+// were more than catchUpScan.
+func (s *Schedule) missed(from, now time.Time) (first time.Time, kept int, after time.Time, afterOK, walked bool) {
+	latest := make([]time.Time, s.spec.CatchUpLimit) // a ring of the latest
+	n := 0
+	t, ok := s.Next(from.Add(-time.Nanosecond))
+	for range catchUpScan {
+		if !ok || t.After(now) {
+			if n > len(latest) {
+				return latest[n%len(latest)], len(latest), t, ok, true
+			}
+			return latest[0], n, t, ok, true
+		}
+		latest[n%len(latest)] = t
+		n++
+		t, ok = s.Next(t)
+	}
+	return time.Time{}, 0, time.Time{}, false, false
 }

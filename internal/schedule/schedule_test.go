@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/robfig/cron/v3"
 )
 
 func mustTime(t *testing.T, s string) time.Time {
@@ -217,5 +219,101 @@ func TestUpcoming(t *testing.T) {
 	got := s.Upcoming(cur, 5)
 	if len(got) != 3 || !got[0].Equal(cur) || !got[2].Equal(mustTime(t, "2026-01-12T01:00:00Z")) {
 		t.Errorf("Upcoming = %v", got)
+	}
+}
+
+// TestRealTimeMatchesAMinuteByMinuteScan: an expression whose hour field is
+// "*" runs in real time: its occurrences are the instants whose local time
+// in the zone matches. Next is checked against a scan of every minute
+// around each of 2026's changes in zones that change at midnight (Beirut,
+// Havana, Santiago, the Azores), by half an hour (Lord Howe), at odd
+// offsets (Chatham, Tehran, Casablanca) and as most do. In Asia/Beirut,
+// whose clocks go forward at 00:00, "0 * * * 0" skipped that Sunday's 23
+// hours (found by review).
+func TestRealTimeMatchesAMinuteByMinuteScan(t *testing.T) {
+	zones := []string{"Asia/Beirut", "America/Havana", "America/Santiago", "Atlantic/Azores", "Australia/Lord_Howe",
+		"Pacific/Chatham", "Asia/Tehran", "Africa/Casablanca", "Europe/Berlin", "America/New_York"}
+	exprs := []string{"0 * * * *", "30 * * * *", "*/20 * * * *", "0 * * * 0", "0 * * * 6", "15 * 1,29 * *", "45 * * * 1-5"}
+	const starBit = 1 << 63
+	for _, zone := range zones {
+		loc, err := time.LoadLocation(zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// the zone's changes in 2026
+		var changes []time.Time
+		for at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC); at.Year() == 2026; {
+			_, end := at.In(loc).ZoneBounds()
+			if end.IsZero() || end.Year() != 2026 {
+				break
+			}
+			changes = append(changes, end)
+			at = end
+		}
+		for _, expr := range exprs {
+			s := MustParse(Spec{Cron: expr, TimeZone: zone})
+			if s.wall {
+				t.Fatalf("%q is not real time", expr)
+			}
+			spec := s.cron.(*cron.SpecSchedule)
+			matches := func(u time.Time) bool {
+				l := u.In(loc)
+				dom := 1<<uint(l.Day())&spec.Dom > 0
+				dow := 1<<uint(l.Weekday())&spec.Dow > 0
+				day := dom || dow
+				if spec.Dom&starBit > 0 || spec.Dow&starBit > 0 {
+					day = dom && dow
+				}
+				return l.Second() == 0 && 1<<uint(l.Minute())&spec.Minute > 0 && 1<<uint(l.Hour())&spec.Hour > 0 &&
+					1<<uint(l.Month())&spec.Month > 0 && day
+			}
+			for _, c := range changes {
+				from, to := c.Add(-8*24*time.Hour), c.Add(8*24*time.Hour)
+				var want []time.Time
+				for u := from.Add(time.Minute).Truncate(time.Minute); !u.After(to); u = u.Add(time.Minute) {
+					if matches(u) {
+						want = append(want, u)
+					}
+				}
+				cur := from
+				for i, w := range want {
+					got, ok := s.Next(cur)
+					if !ok || !got.Equal(w) {
+						t.Fatalf("%s %q around the change at %s: occurrence %d after %s is %s, want %s",
+							zone, expr, c.In(loc), i, cur.In(loc), got.In(loc), w.In(loc))
+					}
+					cur = got
+				}
+			}
+		}
+	}
+}
+
+// TestCatchUpAfterALongOutage: catch_up rings the latest catch_up_limit
+// missed occurrences also after an outage of more than 100,000 of them
+// (a 1 s interval or a per-second cron down for 30 h): After walked from
+// the oldest missed one, gave up after 100,000 and skipped them all
+// (found by review). Fewer missed than the limit, they all ring; the
+// deadline still leaves the older ones out.
+func TestCatchUpAfterALongOutage(t *testing.T) {
+	occ := mustTime(t, "2026-01-10T10:00:00Z")
+	back := occ.Add(30*time.Hour + 500*time.Millisecond)
+	for _, tt := range []struct {
+		spec Spec
+		now  time.Time
+		want time.Time
+	}{
+		{Spec{Every: time.Second, Start: occ, Misfire: MisfireCatchUp, CatchUpLimit: 3}, back, back.Add(-2500 * time.Millisecond)},
+		{Spec{Cron: "* * * * * *", Misfire: MisfireCatchUp, CatchUpLimit: 3}, back, back.Add(-2500 * time.Millisecond)},
+		{Spec{Cron: "* * * * * *", Misfire: MisfireCatchUp, CatchUpLimit: MaxCatchUpLimit}, back, back.Add(-(MaxCatchUpLimit*time.Second - 500*time.Millisecond))},
+		{Spec{Cron: "0 0 * * *", Misfire: MisfireCatchUp, CatchUpLimit: 10}, occ.Add(72 * time.Hour), mustTime(t, "2026-01-11T00:00:00Z")},
+		{Spec{Cron: "0 0 1 * *", Misfire: MisfireCatchUp, CatchUpLimit: 2}, mustTime(t, "2027-03-15T00:00:00Z"), mustTime(t, "2027-02-01T00:00:00Z")},
+		{Spec{Every: time.Second, Start: occ, Misfire: MisfireCatchUp, CatchUpLimit: 10, OccurrenceDeadline: 4 * time.Second}, back, back.Add(-3500 * time.Millisecond)},
+	} {
+		next, ok := MustParse(tt.spec).After(occ, tt.now, 1)
+		if !ok || !next.Equal(tt.want) {
+			t.Errorf("%+v, back at %s: next %s (ok %v), want %s", tt.spec, tt.now.Format(time.RFC3339Nano),
+				next.Format(time.RFC3339Nano), ok, tt.want.Format(time.RFC3339Nano))
+		}
 	}
 }
