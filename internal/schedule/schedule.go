@@ -277,8 +277,10 @@ func (s *Schedule) nextCron(after time.Time) time.Time {
 // review).
 func (s *Schedule) nextReal(after time.Time) time.Time {
 	spec := *s.cron.(*cron.SpecSchedule)
-	from, period := after, after // search after from, with the offset in force at period
-	for range 64 { // two changes a year at most, in the five years the library looks ahead
+	// search after from, with the offset in force at period; at most two
+	// changes a year in the five years the library looks ahead
+	from, period := after, after
+	for range 64 {
 		l := period.In(s.loc)
 		name, off := l.Zone()
 		spec.Location = time.FixedZone(name, off)
