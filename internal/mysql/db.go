@@ -85,7 +85,7 @@ func openConnector(ctx context.Context, cfg *mysql.Config, maxConns int, rerun *
 	if err != nil {
 		return nil, fmt.Errorf("mysql connector: %w", err)
 	}
-	db := sqlx.NewDb(sql.OpenDB(sessionConnector{Connector: connector, init: sessionInit, rerun: rerun}), "mysql")
+	db := sqlx.NewDb(sql.OpenDB(sessionConnector{Connector: connector, init: sessionInit, rerun: rerun, timeout: cfg.Timeout}), "mysql")
 	if maxConns <= 0 {
 		maxConns = 32
 	}

@@ -37,6 +37,16 @@ type sessionConnector struct {
 	// rerun, when set, makes the connections rerunConns that log to it:
 	// the migrations' pool.
 	rerun *slog.Logger
+	// timeout bounds the whole of opening a connection: the dial, the
+	// handshake and the session's set-up (the DSN's timeout, 5 s by
+	// default). database/sql opens the connections its waiting callers
+	// need one at a time, in one goroutine, under a context without a
+	// deadline: bounded by the driver's read timeout only (30 s), one
+	// connection whose answers a network fault swallowed held up every
+	// other open, so a change whose COMMIT answer was lost could not learn
+	// its outcome for as long and answered 503 "outcome unknown" though it
+	// was committed and MySQL answered new connections (found by review).
+	timeout time.Duration
 }
 
 // driverConn is what database/sql uses of a go-sql-driver connection: a
@@ -61,6 +71,11 @@ type sessionConn struct {
 }
 
 func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
 	conn, err := c.Connector.Connect(ctx)
 	if err != nil {
 		return nil, err
