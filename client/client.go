@@ -28,14 +28,20 @@
 // alone (nothing to find out), and so does any call whose context had
 // ended before it was sent (it was not sent: nothing happened). A 503
 // answer (ErrUnavailable too) means the change was not made, except one
-// whose message says its outcome is unknown.
+// whose message says its outcome is unknown. A 5xx that is not clockd's
+// (without its error body: a proxy's 502 or 504) is no answer of clockd
+// either: it matches ErrUnavailable, of unknown outcome.
+//
+// A redirect (3xx) is never followed: followed, a 301 or 302 turns a
+// change into a GET without its body. It is an *Error of its status,
+// naming where it points, matching none of the kinds: nothing was done.
 //
 // # Retries
 //
 // Calls that are safe to repeat are retried, with capped exponential
 // backoff and jitter (Retry; a Retry-After of clockd is waited instead),
 // while their context lasts, when the request did not get an answer (a
-// network error) or got 503 Unavailable: Create and CreateBatch, because
+// network error) or got 503 Unavailable (or a proxy's 5xx): Create and CreateBatch, because
 // clockd is idempotent by key — a create repeated with the same content
 // answers 200 with the clock the first attempt made, never a second clock
 // (and 409 only if the key holds different content) — and the reads (Get,
@@ -121,16 +127,30 @@ func WithCACert(pem []byte) Option {
 		}
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-		c.http = &http.Client{Transport: tr}
+		c.http = &http.Client{Transport: tr, CheckRedirect: noRedirects}
 		return nil
 	}
 }
 
 // WithHTTPClient sends requests through h (its transport, proxy, TLS
-// settings, timeout) instead of a client of net/http's defaults.
+// settings, timeout) instead of a client of net/http's defaults. Its
+// redirect policy is not used: a redirect is never followed (see
+// noRedirects).
 func WithHTTPClient(h *http.Client) Option {
-	return func(c *Client) error { c.http = h; return nil }
+	return func(c *Client) error {
+		hc := *h
+		hc.CheckRedirect = noRedirects
+		c.http = &hc
+		return nil
+	}
 }
+
+// noRedirects is the client's redirect policy: a 3xx answer is returned as
+// it is, and Do makes it an error naming where it points. Followed, a 301
+// or 302 turns a POST, PATCH or DELETE into a GET without its body, whose
+// 200 was taken for the change's answer: a cancel was reported done and
+// the clock still rang (found by review).
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // WithRetry replaces the retry policy; zero fields keep their defaults.
 func WithRetry(r Retry) Option {
@@ -179,7 +199,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		base:      strings.TrimRight(u.String(), "/"),
-		http:      &http.Client{},
+		http:      &http.Client{CheckRedirect: noRedirects},
 		userAgent: "clockd-go-client",
 		retry:     Retry{Attempts: 4, Min: 100 * time.Millisecond, Max: 2 * time.Second, Timeout: 40 * time.Second},
 	}
@@ -301,11 +321,11 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // retryable says whether a failed attempt may be repeated: no answer at
-// all, or 503.
+// all, a 503, or a proxy's 5xx (see Error.Is).
 func retryable(err error) bool {
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Status == http.StatusServiceUnavailable
+		return e.Is(ErrUnavailable)
 	}
 	var ne *netError
 	return errors.As(err, &ne)
@@ -418,6 +438,11 @@ func (c *Client) once(ctx context.Context, cl call, payload []byte) (status int,
 	}
 	e := decodeError(resp.StatusCode, data)
 	e.Method, e.Path, e.RetryAfter = cl.method, cl.path, retryAfter
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		// not clockd's answer: nothing was done, and nothing is retried
+		e.Message = fmt.Sprintf("redirected to %q, which is not followed (a change would be lost on the way): "+
+			"give the client the address clockd answers on", resp.Header.Get("Location"))
+	}
 	return resp.StatusCode, nil, e.RetryAfter, e
 }
 

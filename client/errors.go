@@ -24,7 +24,7 @@ var (
 	ErrNotFound         = errors.New("not found")         // 404
 	ErrConflict         = errors.New("conflict")          // 409: exists with other content, or not in a state that allows it
 	ErrOverQuota        = errors.New("over quota")        // 429 resource_exhausted; see Error.RetryAfter
-	ErrUnavailable      = errors.New("unavailable")       // 503 (a batch item too), or no answer at all: see above
+	ErrUnavailable      = errors.New("unavailable")       // 503 (a batch item too), a proxy's 5xx, or no answer at all: see above
 )
 
 // Error is a non-2xx answer of clockd.
@@ -66,7 +66,10 @@ func (e *Error) Is(target error) bool {
 	case ErrOverQuota:
 		return e.Status == http.StatusTooManyRequests
 	case ErrUnavailable:
-		return e.Status == http.StatusServiceUnavailable
+		// a 5xx that is not clockd's (no error code: a proxy's 502 or 504
+		// while clockd restarts, or cut off from it) is no answer of
+		// clockd either: the request may or may not have reached it
+		return e.Status == http.StatusServiceUnavailable || (e.Status >= 500 && e.Code == "")
 	}
 	return false
 }
