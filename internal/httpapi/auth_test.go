@@ -23,14 +23,14 @@ const bootstrapAdmin = "bootstrap-admin-token-for-tests"
 
 // newAuthAPI is the API in tokens mode with quotas, on the test's database;
 // the bootstrap admin token is bootstrapAdmin.
-func newAuthAPI(t *testing.T) *apiEnv {
+func newAuthAPI(t *testing.T, edit ...func(*sqlx.DB, *httpapi.Options)) *apiEnv {
 	t.Helper()
-	return newAPIDB(t, func(db *sqlx.DB, o *httpapi.Options) {
+	return newAPIDB(t, append([]func(*sqlx.DB, *httpapi.Options){func(db *sqlx.DB, o *httpapi.Options) {
 		st := mysql.NewAuthStore(db)
 		o.Auth = auth.New(st, auth.Config{Mode: auth.ModeTokens, AdminToken: bootstrapAdmin})
 		o.Quotas = auth.NewQuotas(st, auth.QuotaConfig{})
 		o.Cluster = func(context.Context) (any, error) { return fakeCluster(), nil }
-	})
+	}}, edit...)...)
 }
 
 // authAnswer is one HTTP answer.

@@ -9,11 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 
 	"github.com/clockd/clockd/internal/httpapi"
 )
@@ -437,5 +440,50 @@ func TestServerErrorsSayOnlyTheCode(t *testing.T) {
 		if !strings.Contains(all, "request_id="+id) {
 			t.Errorf("no log line with request_id=%s in:\n%s", id, all)
 		}
+	}
+}
+
+// A CONNECT request (authority form: no path) is answered in the API's
+// JSON error shape, with the console mounted too: the mux that mounts it
+// matched no pattern and answered Go's plain-text "404 page not found"
+// (found by review). With tokens, the call without a token is a 401.
+func TestConnectAnsweredInJSON(t *testing.T) {
+	t.Parallel()
+	console := func(o *httpapi.Options) {
+		o.Console = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+		o.ConsolePrefix = "/ui/"
+	}
+	for _, tc := range []struct {
+		name string
+		e    *apiEnv
+		want int
+	}{
+		{"auth off", newAPI(t, console), http.StatusNotFound},
+		{"tokens", newAuthAPI(t, func(_ *sqlx.DB, o *httpapi.Options) { console(o) }), http.StatusUnauthorized},
+	} {
+		u, err := url.Parse(tc.e.srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		c.Close()
+		if resp.StatusCode != tc.want || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			t.Errorf("%s: CONNECT answered %d %q: %q, want %d in JSON", tc.name, resp.StatusCode, resp.Header.Get("Content-Type"), b, tc.want)
+			continue
+		}
+		checkErrorJSON(t, resp.StatusCode, b)
 	}
 }

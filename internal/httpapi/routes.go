@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -153,7 +154,17 @@ func New(o Options) http.Handler {
 			a.limit.serveConsole(w, r, o.ConsoleMaxBody, o.Console.ServeHTTP)
 		}))
 		mux.Handle("/", h)
-		h = mux
+		api := h
+		// a request whose path is not a path (CONNECT host:port) matches
+		// no pattern of this mux, whose plain-text 404 would answer it:
+		// the API's answers it, in JSON (found by review)
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodConnect || !strings.HasPrefix(r.URL.Path, "/") {
+				api.ServeHTTP(w, r)
+				return
+			}
+			mux.ServeHTTP(w, r)
+		})
 	}
 	// every answer, the console's too, carries its X-Request-Id and is
 	// counted by route
