@@ -453,6 +453,12 @@ func (l *lane) publish(ctx context.Context, b *batch, msgs []Message) stop {
 		pub.MessageId = id
 		pub.Body = m.Body
 
+		// blocked by the broker under this batch (a resource alarm): the
+		// rest is not sent, and costs no attempt (what was is held for
+		// the broker, see sockConn.held)
+		if reason := l.s.blockedReason(); reason != "" {
+			return stop{i, fmt.Errorf("%w: connection blocked by broker: %s", ErrUnavailable, reason)}
+		}
 		l.mu.Lock()
 		if l.dead != nil {
 			err := l.dead

@@ -430,10 +430,12 @@ func (p *Publisher) serve(ctx context.Context, s *session) error {
 					reason = "unknown"
 				}
 				s.blockReason.Store(&reason)
+				s.hold(true)
 				p.metrics.blocked.Set(1)
 				p.log.Warn("rabbitmq connection blocked by broker", "reason", b.Reason)
 			} else {
 				s.blockReason.Store(nil)
+				s.hold(false)
 				p.metrics.blocked.Set(0)
 				p.log.Info("rabbitmq connection unblocked")
 			}

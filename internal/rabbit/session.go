@@ -1,10 +1,12 @@
 package rabbit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,6 +185,14 @@ func (s *session) reason() error {
 	}
 }
 
+// hold tells the socket whether the broker blocked the connection (see
+// sockConn.held).
+func (s *session) hold(blocked bool) {
+	if s.sock != nil {
+		s.sock.hold(blocked)
+	}
+}
+
 func (s *session) blockedReason() string {
 	if r := s.blockReason.Load(); r != nil {
 		return *r
@@ -250,6 +260,21 @@ const corkMax = 64 << 10
 type sockConn struct {
 	net.Conn
 	timeout time.Duration
+	// held: the broker blocked the connection (connection.blocked, a
+	// resource alarm). It reads nothing more until the alarm clears, so a
+	// batch larger than the socket buffers cannot be written; the write
+	// then waits for it, past the deadline, rather than fail: the link is
+	// alive, and cutting it cost every message in flight an attempt, and
+	// the next connection (not known to be blocked until its first
+	// publish) the same, every 5 s, until the clocks were dead (found by
+	// review). Closing the socket (teardown) still ends the write, and so
+	// does a broker silent for heldSilence (it sends its heartbeats while
+	// it blocks). amqp091's heartbeater, which moves the read deadline on,
+	// waits behind such a write: while held, no read deadline is set, or
+	// amqp091 read its own timeout as a dead broker.
+	held     atomic.Bool
+	lastRead atomic.Int64  // unix ns of the last read that brought bytes
+	silence  time.Duration // heldSilence when 0 (tests shorten it)
 
 	mu    sync.Mutex
 	corks int
@@ -297,8 +322,50 @@ func (c *sockConn) flushLocked() error {
 }
 
 func (c *sockConn) write(b []byte) (int, error) {
-	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
-		return 0, err
+	written := 0
+	for {
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+			return written, err
+		}
+		n, err := c.Conn.Write(b[written:])
+		written += n
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || !c.held.Load() {
+			return written, err
+		}
+		// blocked by the broker: the rest goes once it reads again
+		if silent := time.Since(time.Unix(0, c.lastRead.Load())); silent > cmp.Or(c.silence, heldSilence) {
+			return written, fmt.Errorf("broker blocked the connection and sent nothing for %s: %w", silent.Round(time.Second), err)
+		}
 	}
-	return c.Conn.Write(b)
+}
+
+// heldSilence is how long a broker that blocked the connection may send
+// nothing (not even its heartbeats, every 10 s by amqp091's default)
+// before a write held for it gives up.
+const heldSilence = 30 * time.Second
+
+func (c *sockConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.lastRead.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// SetReadDeadline is amqp091's (its heartbeater's): none while the broker
+// holds the connection (see held).
+func (c *sockConn) SetReadDeadline(t time.Time) error {
+	if c.held.Load() {
+		t = time.Time{}
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// hold says whether the broker blocked the connection (see held).
+func (c *sockConn) hold(blocked bool) {
+	c.held.Store(blocked)
+	if blocked {
+		c.lastRead.Store(time.Now().UnixNano()) // its notice was just read
+		_ = c.Conn.SetReadDeadline(time.Time{})
+	}
 }
