@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"syscall"
@@ -83,5 +84,102 @@ func TestBlockedBrokerShowsInMetrics(t *testing.T) {
 	}
 	if v, _ := scrapeGauge(d, "clockd_rabbit_blocked"); v != 0 {
 		t.Errorf("clockd_rabbit_blocked %v after the alarm cleared and the clocks rang", v)
+	}
+}
+
+// A memory alarm of 15 s and nothing else is no deleted exchange. README
+// (Several instances): each instance probes its binding to the hints and
+// tokens exchanges; a late probe "from a slow or throttled broker, is
+// waited for". A blocked connection (the alarm) sends nothing back: every
+// alarm of more than 5 s was reported as "hints: exchange deleted on the
+// broker", counted in clockd_hints_rebinds_total, with a rescan of every
+// shard and the cached tokens forgotten (found by review).
+func TestMemoryAlarmIsNoDeletedHintsExchange(t *testing.T) {
+	node := testenv.StartRabbitNode(t)
+	e := newEnv(t)
+	e.AMQP = node.URL()
+	d := testenv.StartClockd(t, e.vars(nil))
+	time.Sleep(3 * time.Second) // probes go and come back
+	node.Ctl("set_vm_memory_high_watermark", "0.0000001")
+	time.Sleep(15 * time.Second)
+	node.Ctl("set_vm_memory_high_watermark", "0.4")
+	time.Sleep(7 * time.Second) // the probes out come back, new ones go
+	for _, l := range strings.Split(d.Logs(), "\n") {
+		if strings.Contains(l, "exchange deleted on the broker") {
+			t.Errorf("a memory alarm reported as a deleted exchange: %s", l)
+		}
+	}
+	for _, x := range []string{"hints", "tokens"} {
+		name := `clockd_hints_rebinds_total{exchange="` + x + `"}`
+		if v, ok := scrapeGauge(d, name); !ok || v != 0 {
+			t.Errorf("%s = %v (found %v) after a memory alarm, want 0", name, v, ok)
+		}
+	}
+}
+
+// A memory alarm while a hot instant of clocks with large payloads (1 MB,
+// clock.max_payload_bytes raised) comes due: their batch is larger than
+// the socket buffers, and a broker that blocks reads nothing more. README
+// (At least once): a blocked connection "is kept, and costs no attempts
+// past the batch that ran into the alarm". The write failed at its
+// deadline (the confirm timeout), the connection was cut, the next one
+// (not known to be blocked until its first publish) ran into the alarm
+// again, an attempt each time: 37-39 of 40 clocks had 2 attempts within
+// 40 s, and with a small max_attempts they were dead (found by review).
+// Now the write waits for the broker, and the rest of the batch is not
+// sent: no clock has a second attempt, and every clock rings once the
+// alarm clears.
+func TestMemoryAlarmWithLargeBatchesBurnsNoAttempts(t *testing.T) {
+	node := testenv.StartRabbitNode(t)
+	e := newEnv(t)
+	e.AMQP = node.URL()
+	d := testenv.StartClockd(t, e.vars(map[string]string{"CLOCKD_RETRY_MIN": "200ms", "CLOCKD_RETRY_MAX": "1s",
+		"CLOCKD_MAX_PAYLOAD_BYTES": "1048576"}))
+	cons := testenv.Consume(t, e.AMQP, e.Exchange, "bigalarm")
+	warm := postClocks(t, d, spreadSpecs("bigalarm", "warm", 1, time.Now().Add(300*time.Millisecond), time.Millisecond))
+	if !waitReceived(cons, warm, 15*time.Second) {
+		t.Fatal("warm-up clock did not ring")
+	}
+	// created before the alarm, due at one instant once it is in effect
+	const n = 24
+	payload := `"` + strings.Repeat("x", 1000000) + `"`
+	at := time.Now().Add(20 * time.Second)
+	specs := spreadSpecs("bigalarm", "b", n, at, time.Millisecond)
+	for i := range specs {
+		specs[i].Extra = map[string]any{"max_attempts": 2, "payload": payload}
+	}
+	var clocks []httpapi.Clock
+	for lo := 0; lo < n; lo += 4 { // a few per request: MySQL's max_allowed_packet
+		clocks = append(clocks, postClocks(t, d, specs[lo:lo+4])...)
+	}
+	if time.Until(at) < 5*time.Second {
+		t.Fatalf("creating the clocks took too long: %v left before their ring time", time.Until(at))
+	}
+	node.Ctl("set_vm_memory_high_watermark", "0.0000001")
+	if time.Until(at) < 2*time.Second {
+		t.Fatalf("setting the alarm took too long: %v left before the ring time", time.Until(at))
+	}
+	time.Sleep(time.Until(at) + 25*time.Second) // five confirm timeouts into the alarm
+	var dead, burnt int
+	var example string
+	for _, c := range clocks {
+		g := getClock(t, d, "bigalarm", c.BusinessID)
+		if g.Status == "dead" {
+			dead++
+		}
+		if g.Attempts > 1 {
+			burnt++
+			if example == "" && g.LastError != nil {
+				example = fmt.Sprintf("%s: %s, attempts %d, last_error %s", g.BusinessID, g.Status, g.Attempts, *g.LastError)
+			}
+		}
+	}
+	if dead > 0 || burnt > 0 {
+		t.Errorf("25 s into a memory alarm (the broker only blocks): %d of %d clocks dead, %d with more than one attempt (e.g. %s); "+
+			"connection lost %d times", dead, n, burnt, example, strings.Count(d.Logs(), `msg="rabbitmq connection lost"`))
+	}
+	node.Ctl("set_vm_memory_high_watermark", "0.4")
+	if !waitReceived(cons, clocks, 60*time.Second) {
+		t.Errorf("after the alarm cleared, %d of %d clocks never rang", len(judge(cons, clocks).missing()), n)
 	}
 }

@@ -55,6 +55,9 @@ type hintSession struct {
 	probes  map[string]probe     // exchange -> the probe sent on it and not back yet
 	seq     uint64               // the last probe id
 	healed  map[string]time.Time // exchange -> when it was bound again here
+	// held: the broker blocked the connection (a resource alarm); no
+	// probe is judged or sent meanwhile (see check)
+	held bool
 }
 
 func (h *Hints) session(ctx context.Context, url string) (err error) {
@@ -99,6 +102,7 @@ func (h *Hints) session(ctx context.Context, url string) (err error) {
 		return fmt.Errorf("consume hints: %w", err)
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	blockings := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	h.connected.Store(true)
 	h.bound.Add(1)
 	if h.failWarned.Swap(false) {
@@ -170,6 +174,12 @@ func (h *Hints) session(ctx context.Context, url string) (err error) {
 				return chanErr("hint confirms closed")
 			}
 			s.confirmed(c)
+		case b, ok := <-blockings:
+			if !ok {
+				blockings = nil
+				continue
+			}
+			s.blocking(b.Active)
 		case r, ok := <-returns:
 			if !ok {
 				return chanErr("hint returns closed")
@@ -365,6 +375,9 @@ func (s *hintSession) returned(ctx context.Context, r amqp.Return) error {
 // deleted exchange, with a rescan of every shard each second (found by
 // review).
 func (s *hintSession) check(ctx context.Context) error {
+	if s.held {
+		return nil // blocked by the broker: no verdict, no probe (see blocking)
+	}
 	for _, x := range []string{s.h.exchange, s.h.tokens} {
 		if p, out := s.probes[x]; out {
 			if time.Since(p.sent) < probeLost*s.h.checkEvery {
@@ -388,6 +401,23 @@ func (s *hintSession) check(ctx context.Context) error {
 		s.probes[x] = probe{id: id, sent: time.Now()}
 	}
 	return nil
+}
+
+// blocking takes the broker's connection.blocked (a resource alarm: it
+// takes nothing more until the alarm clears) and connection.unblocked. A
+// probe cannot come back while the connection is blocked: judged lost,
+// every alarm of more than probeLost checks was reported as a deleted
+// exchange, with a rescan of every shard and the cached tokens forgotten,
+// and the heal's bind waited out the alarm (found by review). The probes
+// out get a new term from the unblocking.
+func (s *hintSession) blocking(active bool) {
+	s.held = active
+	if !active {
+		for x, p := range s.probes {
+			p.sent = time.Now()
+			s.probes[x] = p
+		}
+	}
 }
 
 // probe is a probe sent and not back yet.
