@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,8 +70,32 @@ func (a *api) handle(pattern string, need access, h http.HandlerFunc, query ...s
 				return
 			}
 		}
-		a.limit.serve(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), a.maxBody, h)
+		a.limit.serve(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), a.maxBody, h, a.clientOf(r, p), takesBody[pattern])
 	})
+}
+
+// takesBody are the routes whose calls carry a body; the others take at
+// most {} (see limiter.serve).
+var takesBody = map[string]bool{
+	"POST /v1/clocks":                              true,
+	"POST /v1/clocks/batch":                        true,
+	"PATCH /v1/clocks/{application}/{business_id}": true,
+	"POST /v1/tokens":                              true,
+	"PUT /v1/applications/{application}/quota":     true,
+}
+
+// clientOf names the client of r for its share of the limits: its token,
+// or, with auth off (or the bootstrap admin token), its address: clients
+// behind one proxy with auth off share one.
+func (a *api) clientOf(r *http.Request, p auth.Principal) string {
+	if a.auth != nil && p.TokenID != 0 {
+		return "token " + strconv.FormatInt(p.TokenID, 10)
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "address " + host
 }
 
 // authenticate finds the caller of r from its token (auth.Anyone with auth

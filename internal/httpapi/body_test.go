@@ -6,8 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // readBody must read exactly what io.ReadAll would, whatever the declared
@@ -86,7 +89,7 @@ func TestBodiesHeldAreBudgeted(t *testing.T) {
 			entered <- struct{}{}
 			<-release
 			w.WriteHeader(http.StatusOK)
-		})
+		}, "", true) // no client share: the whole budget
 	}))
 	defer srv.Close()
 	post := func() int {
@@ -113,5 +116,101 @@ func TestBodiesHeldAreBudgeted(t *testing.T) {
 	}
 	if code := post(); code != http.StatusOK {
 		t.Errorf("a body once the budget is back: %d, want 200", code)
+	}
+}
+
+// slowBody is a request body that sends nothing until released.
+func slowBody(t *testing.T, method string, n int64) (*http.Request, func()) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	r := httptest.NewRequest(method, "/v1/clocks", pr)
+	r.ContentLength = n
+	return r, func() { pw.CloseWithError(io.ErrUnexpectedEOF) }
+}
+
+// One client holds at most a quarter of the reader slots and of the body
+// budget: one client's slow or huge bodies held them all, and every other
+// client's creates answered 503 (found by review). A call that takes no
+// body (a GET) takes no reader slot at all, and carries at most 1 KiB.
+func TestOneClientHoldsAQuarterOfTheReadersAndTheBudget(t *testing.T) {
+	l := newLimiter(8, 1<<20) // 32 readers, 8 a client; budget 64 MiB, 16 MiB a client
+	ok := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }
+	var wg sync.WaitGroup
+	var releases []func()
+	defer func() {
+		for _, release := range releases {
+			release()
+		}
+		wg.Wait()
+	}()
+	serve := func(r *http.Request, client string, body bool) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.serve(httptest.NewRecorder(), r, 1<<20, ok, client, body)
+		}()
+	}
+	// GETs with slow bodies of client a: no reader slot
+	for range 40 {
+		r, release := slowBody(t, http.MethodGet, 100)
+		releases = append(releases, release)
+		serve(r, "a", false)
+	}
+	// client a's slow creates: a quarter of the readers
+	for range 8 {
+		r, release := slowBody(t, http.MethodPost, 100)
+		releases = append(releases, release)
+		serve(r, "a", true)
+	}
+	waitFor(t, func() bool { return len(l.readers) == 8 }, "8 readers held")
+	r, release := slowBody(t, http.MethodPost, 100)
+	defer release()
+	w := httptest.NewRecorder()
+	l.serve(w, r, 1<<20, ok, "a", true)
+	if w.Code != http.StatusServiceUnavailable {
+		t.Errorf("client a's ninth slow body: %d, want 503 (its share is 8 readers)", w.Code)
+	}
+	w = httptest.NewRecorder()
+	l.serve(w, httptest.NewRequest(http.MethodPost, "/v1/clocks", strings.NewReader(`{}`)), 1<<20, ok, "b", true)
+	if w.Code != http.StatusOK {
+		t.Errorf("client b's create while a holds its share: %d, want 200", w.Code)
+	}
+	// the budget: a holds 8 bodies; 16 MiB is its share of 64 MiB
+	w = httptest.NewRecorder()
+	big := httptest.NewRequest(http.MethodPost, "/v1/clocks/batch", bytes.NewReader(make([]byte, 17<<20)))
+	l.serve(w, big, 32<<20, ok, "c", true)
+	if w.Code != http.StatusServiceUnavailable {
+		t.Errorf("client c's 17 MiB body: %d, want 503 (its share of the budget is 16 MiB)", w.Code)
+	}
+	w = httptest.NewRecorder()
+	l.serve(w, httptest.NewRequest(http.MethodPost, "/v1/clocks/batch", bytes.NewReader(make([]byte, 8<<20))), 32<<20, ok, "d", true)
+	if w.Code != http.StatusOK {
+		t.Errorf("client d's 8 MiB body: %d, want 200", w.Code)
+	}
+	// a body of a call that takes none: at most 1 KiB
+	w = httptest.NewRecorder()
+	var got error
+	l.serve(w, httptest.NewRequest(http.MethodDelete, "/v1/clocks/a/b", bytes.NewReader(make([]byte, 4<<10))), 1<<20,
+		func(w http.ResponseWriter, r *http.Request) { _, got = io.ReadAll(r.Body) }, "b", false)
+	var mbe *http.MaxBytesError
+	if !errors.As(got, &mbe) {
+		t.Errorf("a 4 KiB body on a call that takes none: read %v, want http.MaxBytesError (413)", got)
+	}
+	for _, release := range releases {
+		release()
+	}
+	releases = nil
+	wg.Wait()
+	if n := l.bodies.Load(); n != 0 || len(l.shares) != 0 {
+		t.Errorf("after every request: %d bytes of the budget, %d client shares still held", n, len(l.shares))
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }

@@ -114,7 +114,30 @@ type limiter struct {
 	// 8 MiB bodies would otherwise be 8 GiB
 	bodies     atomic.Int64
 	bodyBudget int64
+
+	// shares: what each client holds of the readers and of the body
+	// budget (a client: its token, or its address with auth off), at
+	// most a quarter of each: one client's slow or huge bodies held them
+	// all, and every other client's creates answered 503 (found by
+	// review: 1,100 slow bodies of one read-only token, or 28 connections
+	// holding 8 MiB bodies)
+	sharesMu sync.Mutex
+	shares   map[string]*share
 }
+
+// share is what one client holds.
+type share struct {
+	readers int
+	bytes   int64
+}
+
+// clientShare is the part of the readers and of the body budget one
+// client may hold: a quarter.
+const clientShare = 4
+
+// noBodyMax is the most a call that takes no body may carry ({} or
+// nothing): received without a reader slot.
+const noBodyMax = 1 << 10
 
 // bodyBudgetBodies is how many bodies of max_body_bytes the limiter lets
 // clockd hold at once (bodyBudget; at least minBodyBudget bytes).
@@ -129,7 +152,60 @@ func newLimiter(most int, maxBody int64) *limiter {
 	}
 	return &limiter{work: make(chan struct{}, most), readers: make(chan struct{}, 4*most), checks: make(chan struct{}, most),
 		consoleReaders: make(chan struct{}, max(most/4, 4)),
-		bodyBudget:     max(bodyBudgetBodies*maxBody, minBodyBudget)}
+		bodyBudget:     max(bodyBudgetBodies*maxBody, minBodyBudget), shares: map[string]*share{}}
+}
+
+// takeReader takes one of client's reader slots, or reports that it holds
+// its share of them.
+func (l *limiter) takeReader(client string) bool {
+	l.sharesMu.Lock()
+	defer l.sharesMu.Unlock()
+	sh := l.shares[client]
+	if sh == nil {
+		sh = &share{}
+		l.shares[client] = sh
+	}
+	if sh.readers >= max(cap(l.readers)/clientShare, 1) {
+		return false
+	}
+	sh.readers++
+	return true
+}
+
+// reserveFor takes n bytes of the body budget for client, or reports that
+// the budget, or the client's share of it, is spent.
+func (l *limiter) reserveFor(client string, n int64) bool {
+	l.sharesMu.Lock()
+	sh := l.shares[client]
+	ok := sh != nil && sh.bytes+n <= l.bodyBudget/clientShare
+	if ok {
+		sh.bytes += n
+	}
+	l.sharesMu.Unlock()
+	if !ok {
+		return false
+	}
+	if !l.reserve(n) {
+		l.release(client, 0, n)
+		return false
+	}
+	return true
+}
+
+// release gives back client's reader slots and bytes, and forgets a client
+// that holds nothing.
+func (l *limiter) release(client string, readers int, n int64) {
+	l.sharesMu.Lock()
+	defer l.sharesMu.Unlock()
+	sh := l.shares[client]
+	if sh == nil {
+		return
+	}
+	sh.readers -= readers
+	sh.bytes -= n
+	if sh.readers == 0 && sh.bytes == 0 {
+		delete(l.shares, client)
+	}
 }
 
 // reserve takes n bytes of the body budget, or reports that it is spent.
@@ -223,6 +299,13 @@ func readBodyWithin(r io.Reader, declared, limit int64, reserve func(int64) bool
 			n := 2 * cap(b)
 			if want > int64(len(b)) {
 				n = int(min(want, 4*int64(cap(b))))
+				if 2*int64(n) >= want {
+					// halfway there: the whole of it at once, not a buffer
+					// that ends just short of the end (a body of 8 MiB,
+					// 32 KiB × 4⁴, took a second one of 8 MiB to see its
+					// end: found by review)
+					n = int(want)
+				}
 			}
 			if reserve != nil && !reserve(int64(n)) {
 				return b, errBodyBudget
@@ -241,13 +324,24 @@ func readBodyWithin(r io.Reader, declared, limit int64, reserve func(int64) bool
 }
 
 // serve runs h within the limits: it receives the body (at most maxBody
-// bytes) under a reader slot, then runs h under a work slot.
-func (l *limiter) serve(w http.ResponseWriter, r *http.Request, maxBody int64, h http.HandlerFunc) {
+// bytes) under a reader slot of client's share, then runs h under a work
+// slot. A call that takes no body (!body) receives at most noBodyMax
+// bytes, under no reader slot: GETs with a slow body of a read-only token
+// held every reader slot (found by review).
+func (l *limiter) serve(w http.ResponseWriter, r *http.Request, maxBody int64, h http.HandlerFunc, client string, body bool) {
 	if l == nil {
 		h(w, r)
 		return
 	}
-	l.serveReading(w, r, l.readers, maxBody, h)
+	if !body {
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+			data, err := readBody(http.MaxBytesReader(w, r.Body, noBodyMax), r.ContentLength, noBodyMax)
+			r.Body = &preread{data: data, err: err}
+		}
+		l.serveReading(w, r, nil, "", 0, h)
+		return
+	}
+	l.serveReading(w, r, l.readers, client, maxBody, h)
 }
 
 // serveConsole is serve for the console: its bodies are received under
@@ -257,28 +351,46 @@ func (l *limiter) serveConsole(w http.ResponseWriter, r *http.Request, maxBody i
 		h(w, r)
 		return
 	}
-	l.serveReading(w, r, l.consoleReaders, maxBody, h)
+	l.serveReading(w, r, l.consoleReaders, "", maxBody, h)
 }
 
-func (l *limiter) serveReading(w http.ResponseWriter, r *http.Request, readers chan struct{}, maxBody int64, h http.HandlerFunc) {
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+// serveReading receives the body under one of readers (none: received
+// already) and within client's share ("": the console's, under readers of
+// its own), then runs h under a work slot.
+func (l *limiter) serveReading(w http.ResponseWriter, r *http.Request, readers chan struct{}, client string, maxBody int64, h http.HandlerFunc) {
+	if readers != nil && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		if client != "" && !l.takeReader(client) {
+			tooBusy(w, r)
+			return
+		}
 		select {
 		case readers <- struct{}{}:
 		default:
+			if client != "" {
+				l.release(client, 1, 0)
+			}
 			tooBusy(w, r)
 			return
 		}
 		// every buffer readBody makes counts (the old one is garbage
 		// once copied, but not yet collected), until the request ends
 		var held int64
+		reserve := l.reserve
+		if client != "" {
+			reserve = func(n int64) bool { return l.reserveFor(client, n) }
+		}
 		data, err := readBodyWithin(http.MaxBytesReader(w, r.Body, maxBody), r.ContentLength, maxBody, func(n int64) bool {
-			if !l.reserve(n) {
+			if !reserve(n) {
 				return false
 			}
 			held += n
 			return true
 		})
 		<-readers
+		if client != "" {
+			l.release(client, 1, 0)
+			defer l.release(client, 0, held)
+		}
 		defer l.bodies.Add(-held)
 		if errors.Is(err, errBodyBudget) {
 			tooBusy(w, r)
