@@ -32,6 +32,7 @@ type component struct {
 	name   string
 	cancel context.CancelFunc
 	done   chan struct{}
+	err    error // why it stopped by itself; read once done is closed
 }
 
 func start(log *slog.Logger, name string, run func(ctx context.Context) error) *component {
@@ -40,6 +41,7 @@ func start(log *slog.Logger, name string, run func(ctx context.Context) error) *
 	go func() {
 		defer close(c.done)
 		if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			c.err = err
 			log.Error("component stopped", "component", name, "err", err)
 		}
 	}()
@@ -118,12 +120,22 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("amqp: %w", err)
 	}
-	if err := checkInstanceID(ctx, store, cfg.Cluster.InstanceID, cfg.Cluster.LeaseTTL, log); err != nil {
+	stale, err := checkInstanceID(ctx, store, cfg.Cluster.InstanceID, cfg.Cluster.LeaseTTL, log)
+	if err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.HTTP.Addr, err)
+	}
+	// the instance id is this process's from its first heartbeat on
+	started := clk.Now()
+	if err := store.ClaimInstance(ctx, cfg.Cluster.InstanceID, ln.Addr().String(), started, cfg.Cluster.LeaseTTL, cfg.Preload.Window, stale); err != nil {
+		ln.Close()
+		if errors.Is(err, alarm.ErrInstanceTaken) {
+			return twinError(cfg.Cluster.InstanceID, err)
+		}
+		return err
 	}
 
 	queue := ring.NewQueue()
@@ -153,6 +165,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Report:       instanceStats(store, cfg.Cluster.InstanceID, queue),
 		CanRing:      pub.Ready,
 		Now:          clk.Now,
+		Started:      started,
 	}, store, queue)
 	loop = ring.New(ring.Config{
 		ClaimAhead: cfg.Ring.ClaimAhead, ClaimAheadMax: cfg.Ring.ClaimAheadMax, ClaimBatch: cfg.Ring.ClaimBatch, MaxInFlight: cfg.Ring.MaxInFlight,
@@ -229,6 +242,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	select {
 	case err := <-errc:
 		serveErr = fmt.Errorf("http server: %w", err)
+	case <-feederC.done:
+		// only the instance id taken by another process stops it: this
+		// one must not run on under the id
+		serveErr = twinError(cfg.Cluster.InstanceID, feederC.err)
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")

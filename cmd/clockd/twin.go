@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/clockd/clockd/internal/mysql"
 )
 
 // heartbeatReader is what checkInstanceID needs of the store.
@@ -21,10 +23,16 @@ type heartbeatReader interface {
 // restarting now: the heartbeat is watched for half a TTL (a live process
 // renews it every quarter) and only one that is renewed meanwhile stops
 // this start.
-func checkInstanceID(ctx context.Context, st heartbeatReader, id string, ttl time.Duration, log *slog.Logger) error {
+//
+// It returns the heartbeat it saw not renewed, if any (its process is
+// gone): the first heartbeat of this one (mysql.Store.ClaimInstance) takes
+// it over before it expires. The check alone is not enough: two processes
+// started at one moment both find no heartbeat; the claim then lets only
+// one of them in.
+func checkInstanceID(ctx context.Context, st heartbeatReader, id string, ttl time.Duration, log *slog.Logger) (mysql.StaleHeartbeat, error) {
 	expires, started, ok, err := st.InstanceHeartbeat(ctx, id)
 	if err != nil || !ok {
-		return err
+		return mysql.StaleHeartbeat{}, err
 	}
 	log.Info("a heartbeat under this instance id is live; waiting to see whether its process still runs",
 		"instance", id, "its_process_started", time.UnixMilli(started).UTC(), "wait", (ttl / 2).String())
@@ -32,20 +40,26 @@ func checkInstanceID(ctx context.Context, st heartbeatReader, id string, ttl tim
 	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return mysql.StaleHeartbeat{}, ctx.Err()
 		case <-time.After(min(100*time.Millisecond, ttl/20)):
 		}
 		e, _, ok, err := st.InstanceHeartbeat(ctx, id)
 		if err != nil {
-			return err
+			return mysql.StaleHeartbeat{}, err
 		}
 		if !ok {
-			return nil // it left or expired
+			return mysql.StaleHeartbeat{}, nil // it left or expired
 		}
 		if e != expires {
-			return fmt.Errorf("another clockd process is live under instance id %q (started %s, its heartbeat renewed just now): give each process a distinct CLOCKD_INSTANCE_ID (the default, host name + pid, repeats for containers on the host's network, where each is pid 1)",
+			return mysql.StaleHeartbeat{}, fmt.Errorf("another clockd process is live under instance id %q (started %s, its heartbeat renewed just now): give each process a distinct CLOCKD_INSTANCE_ID (the default, host name + pid, repeats for containers on the host's network, where each is pid 1)",
 				id, time.UnixMilli(started).UTC().Format(time.RFC3339))
 		}
 	}
-	return nil
+	return mysql.StaleHeartbeat{Expires: expires, Started: started}, nil
+}
+
+// twinError is what a process says when another live process holds its
+// instance id.
+func twinError(id string, err error) error {
+	return fmt.Errorf("another clockd process is live under instance id %q (%w): give each process a distinct CLOCKD_INSTANCE_ID (the default, host name + pid, repeats for containers on the host's network, where each is pid 1)", id, err)
 }

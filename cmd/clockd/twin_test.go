@@ -55,3 +55,49 @@ func TestSecondProcessUnderOneInstanceIDRefused(t *testing.T) {
 		t.Errorf("restart took %v, want within %v", took, limit)
 	}
 }
+
+// Two processes started at one moment under one instance id: one runs and
+// holds every shard, the other refuses to start, saying why (found by
+// review: both found no live heartbeat, since the first lease round writes
+// it only later, and both ran, holding each other's leases; when one
+// stopped it released the other's). The first heartbeat is now written as
+// a claim of the id, before the process serves.
+func TestTwinsStartedTogetherOnlyOneRuns(t *testing.T) {
+	e := newEnv(t)
+	setup := startClusterNode(t, e, "setup", nil) // the schema first: neither waits for migrations
+	if err := setup.Stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	vars := e.vars(map[string]string{
+		"CLOCKD_SHARDS": strconv.Itoa(clusterShards), "CLOCKD_LEASE_TTL": clusterTTL.String(),
+		"CLOCKD_INSTANCE_ID": "host-1", "CLOCKD_PRELOAD_WINDOW": clusterWindow.String(),
+	})
+	twins := []*testenv.Clockd{testenv.LaunchClockd(t, vars), testenv.LaunchClockd(t, vars)}
+	exited := make(chan int, 2)
+	for i, c := range twins {
+		go func() {
+			if c.Wait(clusterTTL+20*time.Second) != nil {
+				exited <- i
+			}
+		}()
+	}
+	var refused int
+	select {
+	case refused = <-exited:
+	case <-time.After(clusterTTL + 15*time.Second):
+		t.Fatalf("both processes run under instance id host-1:\n%s\n---\n%s", twins[0].Logs(), twins[1].Logs())
+	}
+	live := twins[1-refused]
+	if !strings.Contains(twins[refused].Logs(), `another clockd process is live under instance id \"host-1\"`) {
+		t.Errorf("the refusal does not say why:\n%s", twins[refused].Logs())
+	}
+	live.WaitReady(30 * time.Second)
+	node := &clusterNode{Clockd: live, ID: "host-1"}
+	if v, _, ok := waitCluster(t, node, 20*leaseRound, func(v clusterJSON) bool { return len(v.leases("host-1")) == clusterShards }); !ok {
+		t.Errorf("the process that runs holds not every shard: %s", v)
+	}
+	time.Sleep(2 * leaseRound)
+	if strings.Contains(live.Logs(), "shard leases lost") {
+		t.Errorf("the process that runs lost leases:\n%s", live.Logs())
+	}
+}

@@ -113,6 +113,9 @@ var (
 	ErrInvalid     = errors.New("invalid argument")
 	ErrTooLarge    = errors.New("too large")
 	ErrUnavailable = errors.New("unavailable")
+	// ErrInstanceTaken: another live process holds this instance id (its
+	// heartbeat): this one must not run under it.
+	ErrInstanceTaken = errors.New("instance id taken by another live process")
 )
 
 // FieldError is a validation failure of one field. It matches ErrInvalid

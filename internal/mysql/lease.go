@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/clockd/clockd/internal/alarm"
 )
 
@@ -20,14 +22,13 @@ import (
 // version leaves claim_room at 0. It returns the largest preload window of
 // the live instances (0 when none says): a create for a shard another
 // instance owns is hinted to the owner when due within it.
+//
+// The heartbeat is the process's own: the row of an instance id is this
+// process's (its start time and address) or free (expired, or none); a live
+// one of another process answers alarm.ErrInstanceTaken and is left alone.
 func (s *Store) Heartbeat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration, rings bool, window time.Duration) (time.Duration, error) {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO clock_instance (instance_id, http_addr, started_at, expires_at, rings, claim_room, preload_window_ms)
-		VALUES (?, ?, ?, `+dbNowMS+` + ?, ?, 1, ?)
-		ON DUPLICATE KEY UPDATE http_addr = VALUES(http_addr), started_at = VALUES(started_at), expires_at = VALUES(expires_at),
-		  rings = VALUES(rings), claim_room = 1, preload_window_ms = VALUES(preload_window_ms)`,
-		instanceID, httpAddr, ms(started), ttl.Milliseconds(), rings, window.Milliseconds())
-	if err != nil {
-		return 0, fmt.Errorf("heartbeat: %w", mapErr(err))
+	if err := s.beat(ctx, instanceID, httpAddr, started, ttl, rings, window, StaleHeartbeat{}); err != nil {
+		return 0, err
 	}
 	var live struct {
 		Without  int   `db:"without_room"`
@@ -49,6 +50,56 @@ func (s *Store) Heartbeat(ctx context.Context, instanceID, httpAddr string, star
 		}
 	}
 	return time.Duration(live.WindowMS) * time.Millisecond, nil
+}
+
+// StaleHeartbeat is a live heartbeat of an instance id that a starting
+// process watched and saw no longer renewed (its process is gone): its
+// expiry and start time, ms. The zero value names none.
+type StaleHeartbeat struct{ Expires, Started int64 }
+
+// ClaimInstance writes the first heartbeat of a starting process (not
+// ringing yet), taking the instance id unless another live process holds
+// it (alarm.ErrInstanceTaken): two processes started at one moment under
+// one id both passed the check for a live heartbeat, which the first lease
+// round wrote only later, and both ran, holding each other's leases (found
+// by review). stale, when set, is a heartbeat the caller saw was no longer
+// renewed: taken over although it has not expired yet.
+func (s *Store) ClaimInstance(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl, window time.Duration, stale StaleHeartbeat) error {
+	return s.beat(ctx, instanceID, httpAddr, started, ttl, false, window, stale)
+}
+
+// beat writes the heartbeat in one transaction that reads the id's row
+// first (locked): see Heartbeat.
+func (s *Store) beat(ctx context.Context, instanceID, httpAddr string, started time.Time, ttl time.Duration, rings bool, window time.Duration, stale StaleHeartbeat) error {
+	err := s.inTx(ctx, func(tx *sqlx.Conn) error {
+		var cur struct {
+			Addr    string `db:"http_addr"`
+			Started int64  `db:"started_at"`
+			Expires int64  `db:"expires_at"`
+			Live    bool   `db:"live"`
+		}
+		err := tx.GetContext(ctx, &cur, "SELECT http_addr, started_at, expires_at, expires_at > "+dbNowMS+
+			" AS live FROM clock_instance WHERE instance_id = ? FOR UPDATE", instanceID)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return err
+		case cur.Live && (cur.Started != ms(started) || cur.Addr != httpAddr) &&
+			(stale == StaleHeartbeat{} || cur.Started != stale.Started || cur.Expires != stale.Expires):
+			return fmt.Errorf("%w: instance id %q is the heartbeat of a process at %s started %s",
+				alarm.ErrInstanceTaken, instanceID, cur.Addr, fromMS(cur.Started).UTC().Format(time.RFC3339Nano))
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO clock_instance (instance_id, http_addr, started_at, expires_at, rings, claim_room, preload_window_ms)
+			VALUES (?, ?, ?, `+dbNowMS+` + ?, ?, 1, ?)
+			ON DUPLICATE KEY UPDATE http_addr = VALUES(http_addr), started_at = VALUES(started_at), expires_at = VALUES(expires_at),
+			  rings = VALUES(rings), claim_room = 1, preload_window_ms = VALUES(preload_window_ms)`,
+			instanceID, httpAddr, ms(started), ttl.Milliseconds(), rings, window.Milliseconds())
+		return err
+	})
+	if err != nil && !errors.Is(err, alarm.ErrInstanceTaken) {
+		return fmt.Errorf("heartbeat: %w", mapErr(err))
+	}
+	return err
 }
 
 // RingingInstances lists, sorted, the instances whose heartbeat has not

@@ -60,7 +60,7 @@ func TestShutdownReleasesShardsOfAFailedHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.handovers.Wait()
-	m.shutdown() // SIGTERM before the next round
+	m.stop(true) // SIGTERM before the next round
 	store.mu.Lock()
 	held := store.held("a")
 	store.mu.Unlock()

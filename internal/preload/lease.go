@@ -25,6 +25,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	for {
 		began := time.Now()
 		if err := m.round(ctx); err != nil {
+			if errors.Is(err, alarm.ErrInstanceTaken) {
+				// another process holds this instance id now (this one
+				// was frozen or cut off past its heartbeat): the leases
+				// under the id are its, so none is released
+				m.stop(false)
+				return err
+			}
 			failures++
 			m.mu.Lock()
 			m.lastErr = err
@@ -41,7 +48,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		// a tick from the round's start
 		select {
 		case <-ctx.Done():
-			m.shutdown()
+			m.stop(true)
 			return nil
 		case <-time.After(max(tick-time.Since(began), 0)):
 		}
@@ -416,7 +423,9 @@ func (m *Manager) handOver(give []alarm.Lease, live int) {
 	m.log.Info("released shards for rebalancing", "shards", shards, "live_instances", live)
 }
 
-func (m *Manager) shutdown() {
+// stop stops the loaders and, with release, gives the shards up and
+// removes the instance's heartbeat.
+func (m *Manager) stop(release bool) {
 	m.handovers.Wait()
 	m.mu.Lock()
 	var shards []int
@@ -428,6 +437,10 @@ func (m *Manager) shutdown() {
 		m.stopLoader(s)
 	}
 	m.wg.Wait()
+	if !release {
+		m.owned.Set(0)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// every shard this instance still owns: those it rang, and those of a

@@ -26,6 +26,7 @@ type leaseStore struct {
 	mute   map[string]bool // instances whose heartbeat said they cannot ring
 	log    []string        // "recover 3 held [7 9]", "release [2 3]", ...
 	shards int
+	taken  bool // another process holds the instance id (Heartbeat)
 }
 
 func newLeaseStore(shards int, live ...string) *leaseStore {
@@ -49,6 +50,9 @@ func (s *leaseStore) LoadDue(context.Context, int, time.Time, int64, time.Time, 
 func (s *leaseStore) Heartbeat(_ context.Context, id, _ string, _ time.Time, _ time.Duration, rings bool, _ time.Duration) (time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.taken {
+		return 0, fmt.Errorf("heartbeat: %w", alarm.ErrInstanceTaken)
+	}
 	s.mute[id] = !rings
 	return 0, nil
 }
@@ -140,7 +144,12 @@ func (s *leaseStore) RecoverFiring(_ context.Context, shard int, _ int64, _ time
 	return 0, nil
 }
 
-func (s *leaseStore) Leave(context.Context, string) error { return nil }
+func (s *leaseStore) Leave(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.note("leave %s", id)
+	return nil
+}
 
 func leaseManager(t *testing.T, store *leaseStore, cfg Config) *Manager {
 	t.Helper()
@@ -602,4 +611,39 @@ func roundAndWait(t *testing.T, m *Manager) {
 		t.Fatal(err)
 	}
 	m.handovers.Wait()
+}
+
+// Another process took the instance id (this one was frozen or cut off past
+// its heartbeat): Run stops, with alarm.ErrInstanceTaken, its loaders
+// stopped, and neither releases the leases under the id nor removes its
+// heartbeat: they are the other process's now.
+func TestInstanceIDTakenStopsWithoutReleasing(t *testing.T) {
+	store := newLeaseStore(4, "a")
+	m := leaseManager(t, store, Config{})
+	if err := m.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	store.taken = true
+	store.log = nil
+	store.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, alarm.ErrInstanceTaken) {
+			t.Fatalf("Run returned %v, want alarm.ErrInstanceTaken", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run went on under an instance id another process holds")
+	}
+	if got := store.entries(); len(got) != 0 {
+		t.Errorf("store calls %q after the id was taken, want none (no release, no leave)", got)
+	}
+	m.mu.Lock()
+	loaders := len(m.loaders)
+	m.mu.Unlock()
+	if loaders != 0 {
+		t.Errorf("%d loaders still run", loaders)
+	}
 }

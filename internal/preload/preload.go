@@ -5,6 +5,7 @@
 package preload
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -77,6 +78,10 @@ type Config struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	Now        func() time.Time
+	// Started is when the process started, as its heartbeats say (the
+	// instance id is claimed with it before the manager runs); zero: Now
+	// at New.
+	Started time.Time
 }
 
 // Manager keeps the leases and runs one loader per owned shard. It
@@ -146,7 +151,7 @@ func New(cfg Config, store Store, q *ring.Queue) *Manager {
 	if cfg.Held == nil {
 		cfg.Held = func() []int64 { return nil }
 	}
-	m := &Manager{cfg: cfg, store: store, q: q, log: cfg.Logger, now: cfg.Now, loaders: map[int]*loader{}, handing: map[int]*handOff{}, started: cfg.Now(),
+	m := &Manager{cfg: cfg, store: store, q: q, log: cfg.Logger, now: cfg.Now, loaders: map[int]*loader{}, handing: map[int]*handOff{}, started: cmp.Or(cfg.Started, cfg.Now()),
 		loadFails: lograte.New(loadFailLogEvery, time.Now)}
 	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "clockd_shards_owned", Help: "Shards this instance holds a lease on."})
 	m.lostCnt = prometheus.NewCounter(prometheus.CounterOpts{Name: "clockd_shard_leases_lost_total", Help: "Shard leases lost to another instance or to expiry."})

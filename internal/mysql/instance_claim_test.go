@@ -1,0 +1,57 @@
+package mysql_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/mysql"
+)
+
+// An instance id's heartbeat is one process's (its start time and address)
+// while it lives: another process's heartbeat or claim of it answers
+// alarm.ErrInstanceTaken and changes nothing, unless the heartbeat expired,
+// or is the stale one the claiming process watched go unrenewed (found by
+// review: two processes started together under one id both ran).
+func TestInstanceHeartbeatIsOneProcesss(t *testing.T) {
+	t.Parallel()
+	s, db := historyStore(t, mysql.StoreConfig{})
+	ctx := context.Background()
+	ttl := time.Minute
+	a, b, c := time.Now().Add(-time.Hour).Truncate(time.Millisecond), time.Now().Add(-time.Minute).Truncate(time.Millisecond), time.Now().Truncate(time.Millisecond)
+	if err := s.ClaimInstance(ctx, "host-1", "10.0.0.1:8080", a, ttl, time.Second, mysql.StaleHeartbeat{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Heartbeat(ctx, "host-1", "10.0.0.1:8080", a, ttl, true, time.Second); err != nil {
+		t.Fatalf("the process's own heartbeat: %v", err)
+	}
+	if err := s.ClaimInstance(ctx, "host-1", "10.0.0.1:8081", b, ttl, time.Second, mysql.StaleHeartbeat{}); !errors.Is(err, alarm.ErrInstanceTaken) {
+		t.Fatalf("a second process's claim of a live id: %v, want alarm.ErrInstanceTaken", err)
+	}
+	if _, err := s.Heartbeat(ctx, "host-1", "10.0.0.1:8081", b, ttl, true, time.Second); !errors.Is(err, alarm.ErrInstanceTaken) {
+		t.Fatalf("a second process's heartbeat on a live id: %v, want alarm.ErrInstanceTaken", err)
+	}
+	// the stale heartbeat it watched: taken over before it expires
+	expires, started, ok, err := s.InstanceHeartbeat(ctx, "host-1")
+	if err != nil || !ok || started != a.UnixMilli() {
+		t.Fatalf("heartbeat: %d %d %v %v", expires, started, ok, err)
+	}
+	if err := s.ClaimInstance(ctx, "host-1", "10.0.0.1:8081", b, ttl, time.Second, mysql.StaleHeartbeat{Expires: expires, Started: started}); err != nil {
+		t.Fatalf("the claim of a heartbeat seen not renewed: %v", err)
+	}
+	if _, err := s.Heartbeat(ctx, "host-1", "10.0.0.1:8080", a, ttl, true, time.Second); !errors.Is(err, alarm.ErrInstanceTaken) {
+		t.Fatalf("the first process's heartbeat after the id was taken over: %v, want alarm.ErrInstanceTaken", err)
+	}
+	// expired: anyone's
+	if _, err := db.Exec("UPDATE clock_instance SET expires_at = 1 WHERE instance_id = 'host-1'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClaimInstance(ctx, "host-1", "10.0.0.1:8082", c, ttl, time.Second, mysql.StaleHeartbeat{}); err != nil {
+		t.Fatalf("the claim of an expired heartbeat: %v", err)
+	}
+	if _, started, _, _ := s.InstanceHeartbeat(ctx, "host-1"); started != c.UnixMilli() {
+		t.Errorf("the heartbeat's process started %d, want %d", started, c.UnixMilli())
+	}
+}
