@@ -85,8 +85,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if shards != cfg.Clock.Shards {
 		log.Warn("shard count is fixed by the schema; ignoring clock.shards", "schema", shards, "config", cfg.Clock.Shards)
 	}
+	previous, err := mysql.SetupExchange(ctx, db, cfg.AMQP.Exchange, cfg.Cluster.InstanceID)
+	if err != nil {
+		return err
+	}
+	if previous != "" {
+		log.Warn("the clocks of this database ring to a new exchange from now on (every instance had stopped): bind each application's queue to it (clockctl bind)",
+			"exchange", cfg.AMQP.Exchange, "previous", previous)
+	}
 	store := mysql.NewStore(db, mysql.StoreConfig{
-		Shards: shards, Writers: cfg.MySQL.Writers, MaxBatchRows: cfg.MySQL.BatchRows,
+		Shards: shards, RingExchange: cfg.AMQP.Exchange, Writers: cfg.MySQL.Writers, MaxBatchRows: cfg.MySQL.BatchRows,
 		WriteTimeout: cfg.MySQL.RequestTimeout, ResolveTimeout: cfg.MySQL.ResolveTimeout,
 		IdempotencyWindow: idempotencyWindow(cfg.Clock.IdempotencyWindow), NoHistory: cfg.History.Keep == 0,
 		// a claim is made at most ring.claim_ahead (at most half the window)
@@ -243,9 +251,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	case err := <-errc:
 		serveErr = fmt.Errorf("http server: %w", err)
 	case <-feederC.done:
-		// only the instance id taken by another process stops it: this
-		// one must not run on under the id
-		serveErr = twinError(cfg.Cluster.InstanceID, feederC.err)
+		// it stops by itself only when this process must not run on: its
+		// instance id taken by another process, or the cluster ringing to
+		// another exchange
+		serveErr = feederC.err
+		if errors.Is(serveErr, alarm.ErrInstanceTaken) {
+			serveErr = twinError(cfg.Cluster.InstanceID, serveErr)
+		}
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")

@@ -101,3 +101,40 @@ func TestTwinsStartedTogetherOnlyOneRuns(t *testing.T) {
 		t.Errorf("the process that runs lost leases:\n%s", live.Logs())
 	}
 }
+
+// An instance given another CLOCKD_EXCHANGE than the live instances of its
+// database refuses to start, naming both (found by review: it took its
+// share of the shards and rang their clocks to an exchange no application
+// binds: 19 of 48 never reached their queue). Every instance stopped, the
+// cluster starts with the new exchange, and says so.
+func TestInstanceWithAnotherExchangeRefused(t *testing.T) {
+	e := newEnv(t)
+	a := startClusterNode(t, e, "a", nil)
+	if v, _, ok := waitCluster(t, a, 20*leaseRound, func(v clusterJSON) bool { return len(v.leases("a")) == clusterShards }); !ok {
+		t.Fatalf("a holds not every shard: %s", v)
+	}
+	other := testenv.Name("clock.ring.other-")
+	testenv.DeleteExchangeOnCleanup(t, e.AMQP, other)
+	c := testenv.LaunchClockd(t, e.vars(map[string]string{
+		"CLOCKD_SHARDS": strconv.Itoa(clusterShards), "CLOCKD_LEASE_TTL": clusterTTL.String(),
+		"CLOCKD_INSTANCE_ID": "c", "CLOCKD_PRELOAD_WINDOW": clusterWindow.String(), "CLOCKD_EXCHANGE": other,
+	}))
+	if err := c.Wait(30 * time.Second); err == nil {
+		t.Fatalf("an instance with exchange %s beside one with %s exited 0; want a refusal:\n%s", other, e.Exchange, c.Logs())
+	}
+	if logs := c.Logs(); !strings.Contains(logs, other) || !strings.Contains(logs, e.Exchange) || !strings.Contains(logs, "CLOCKD_EXCHANGE") {
+		t.Errorf("the refusal does not name both exchanges and the setting:\n%s", logs)
+	}
+	if v := clusterViewOf(t, a); len(v.leases("a")) != clusterShards {
+		t.Errorf("a lost shards to the refused instance: %s", v)
+	}
+	// every instance stopped: the cluster moves to the new exchange
+	if err := a.Stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.Start()
+	c.WaitReady(30 * time.Second)
+	if !strings.Contains(c.Logs(), "ring to a new exchange") {
+		t.Errorf("the move to exchange %s is not said:\n%s", other, c.Logs())
+	}
+}

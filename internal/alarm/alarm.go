@@ -116,6 +116,9 @@ var (
 	// ErrInstanceTaken: another live process holds this instance id (its
 	// heartbeat): this one must not run under it.
 	ErrInstanceTaken = errors.New("instance id taken by another live process")
+	// ErrExchangeChanged: the instances of this database ring to another
+	// exchange than this one was given.
+	ErrExchangeChanged = errors.New("the database's clocks ring to another exchange")
 )
 
 // FieldError is a validation failure of one field. It matches ErrInvalid

@@ -55,3 +55,35 @@ func TestInstanceHeartbeatIsOneProcesss(t *testing.T) {
 		t.Errorf("the heartbeat's process started %d, want %d", started, c.UnixMilli())
 	}
 }
+
+// The exchange a cluster rings to is recorded once (SetupExchange); an
+// instance given another is refused while another instance is live, and
+// recorded when none is (the whole cluster moved). A heartbeat of an
+// instance whose exchange is no longer the recorded one (two instances
+// started together, each finding none live) answers
+// alarm.ErrExchangeChanged.
+func TestRingExchangeIsTheClusters(t *testing.T) {
+	t.Parallel()
+	_, db := historyStore(t, mysql.StoreConfig{})
+	ctx := context.Background()
+	x := mysql.NewStore(db, mysql.StoreConfig{Shards: 4, RingExchange: "clock.ring"})
+	t.Cleanup(x.Close)
+	started := time.Now().Truncate(time.Millisecond)
+	if prev, err := mysql.SetupExchange(ctx, db, "clock.ring", "a"); err != nil || prev != "" {
+		t.Fatalf("first exchange: %q %v", prev, err)
+	}
+	if _, err := x.Heartbeat(ctx, "a", "10.0.0.1:8080", started, time.Minute, true, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mysql.SetupExchange(ctx, db, "clock.other", "c"); !errors.Is(err, alarm.ErrExchangeChanged) {
+		t.Fatalf("another exchange beside a live instance: %v, want alarm.ErrExchangeChanged", err)
+	}
+	// a's own stale heartbeat does not count for a, restarted with another
+	prev, err := mysql.SetupExchange(ctx, db, "clock.other", "a")
+	if err != nil || prev != "clock.ring" {
+		t.Fatalf("the cluster's only instance restarted with another exchange: %q %v, want clock.ring recorded before", prev, err)
+	}
+	if _, err := x.Heartbeat(ctx, "a", "10.0.0.1:8080", started, time.Minute, true, time.Second); !errors.Is(err, alarm.ErrExchangeChanged) {
+		t.Fatalf("a heartbeat under the exchange no longer recorded: %v, want alarm.ErrExchangeChanged", err)
+	}
+}

@@ -89,6 +89,17 @@ func (s *Store) beat(ctx context.Context, instanceID, httpAddr string, started t
 			return fmt.Errorf("%w: instance id %q is the heartbeat of a process at %s started %s",
 				alarm.ErrInstanceTaken, instanceID, cur.Addr, fromMS(cur.Started).UTC().Format(time.RFC3339Nano))
 		}
+		if x := s.cfg.RingExchange; x != "" {
+			var recorded string
+			err := tx.GetContext(ctx, &recorded, "SELECT value FROM clock_setting WHERE name = ?", ExchangeSetting)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if err == nil && recorded != x {
+				return fmt.Errorf("%w: it rings to exchange %q since an instance started with it, this one was given %q (CLOCKD_EXCHANGE)",
+					alarm.ErrExchangeChanged, recorded, x)
+			}
+		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO clock_instance (instance_id, http_addr, started_at, expires_at, rings, claim_room, preload_window_ms)
 			VALUES (?, ?, ?, `+dbNowMS+` + ?, ?, 1, ?)
 			ON DUPLICATE KEY UPDATE http_addr = VALUES(http_addr), started_at = VALUES(started_at), expires_at = VALUES(expires_at),
@@ -96,7 +107,7 @@ func (s *Store) beat(ctx context.Context, instanceID, httpAddr string, started t
 			instanceID, httpAddr, ms(started), ttl.Milliseconds(), rings, window.Milliseconds())
 		return err
 	})
-	if err != nil && !errors.Is(err, alarm.ErrInstanceTaken) {
+	if err != nil && !errors.Is(err, alarm.ErrInstanceTaken) && !errors.Is(err, alarm.ErrExchangeChanged) {
 		return fmt.Errorf("heartbeat: %w", mapErr(err))
 	}
 	return err

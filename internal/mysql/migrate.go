@@ -19,6 +19,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/clockd/clockd/internal/alarm"
 	"github.com/clockd/clockd/migrations"
 )
 
@@ -298,6 +299,49 @@ func setupShards(ctx context.Context, conn *sql.Conn, want int) (int, error) {
 		return 0, fmt.Errorf("create shard rows: %w", err)
 	}
 	return n, nil
+}
+
+// ExchangeSetting is the row of clock_setting that names the exchange
+// the database's clocks ring to.
+const ExchangeSetting = "ring_exchange"
+
+// SetupExchange records the exchange the instances of this database ring
+// to (on first use), and returns the one recorded before when it differs
+// from exchange and no other instance is live: the whole cluster was
+// restarted with a new exchange, which is then recorded. With another
+// instance live under another exchange it answers alarm.ErrExchangeChanged:
+// an instance given another exchange took its share of the shards and
+// rang their clocks where no application listened (found by review: 19
+// of 48 clocks never reached their queue). self is this instance's id (a
+// heartbeat of its own, left by a crash, does not count).
+func SetupExchange(ctx context.Context, db *sqlx.DB, exchange, self string) (previous string, err error) {
+	err = withSchemaLock(ctx, db, slog.New(slog.DiscardHandler), schemaLockWait, func(conn *sql.Conn) error {
+		if _, err := conn.ExecContext(ctx, "INSERT IGNORE INTO clock_setting (name, value) VALUES (?, ?)", ExchangeSetting, exchange); err != nil {
+			return fmt.Errorf("record ring exchange: %w", err)
+		}
+		var recorded string
+		if err := conn.QueryRowContext(ctx, "SELECT value FROM clock_setting WHERE name = ?", ExchangeSetting).Scan(&recorded); err != nil {
+			return fmt.Errorf("read ring exchange: %w", err)
+		}
+		if recorded == exchange {
+			return nil
+		}
+		var live int
+		if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM clock_instance WHERE expires_at > "+dbNowMS+" AND instance_id <> ?", self).Scan(&live); err != nil {
+			return fmt.Errorf("count live instances: %w", err)
+		}
+		if live > 0 {
+			return fmt.Errorf("%w: the %d live instance(s) of this database ring to exchange %q, this one was given %q (CLOCKD_EXCHANGE): "+
+				"give every instance the same exchange; to move to another, stop every instance and start them with the new one",
+				alarm.ErrExchangeChanged, live, recorded, exchange)
+		}
+		if _, err := conn.ExecContext(ctx, "UPDATE clock_setting SET value = ? WHERE name = ?", exchange, ExchangeSetting); err != nil {
+			return fmt.Errorf("record ring exchange: %w", err)
+		}
+		previous = recorded
+		return nil
+	})
+	return previous, err
 }
 
 // withSchemaLock runs fn on one connection holding the schema lock.

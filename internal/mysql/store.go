@@ -92,7 +92,12 @@ func (r row) clock() alarm.Clock {
 
 // StoreConfig tunes the store.
 type StoreConfig struct {
-	Shards        int // shard count in force (from SetupShards)
+	Shards int // shard count in force (from SetupShards)
+	// RingExchange, when set, is the exchange this instance rings to:
+	// every heartbeat checks it is still the database's (SetupExchange),
+	// and answers alarm.ErrExchangeChanged when another instance recorded
+	// another since.
+	RingExchange  string
 	Writers       int // goroutines committing create batches; default 4
 	MaxBatchRows  int // rows per INSERT; default 500
 	MaxBatchBytes int // payload bytes per INSERT; default 4 MiB

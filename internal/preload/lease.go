@@ -32,6 +32,12 @@ func (m *Manager) Run(ctx context.Context) error {
 				m.stop(false)
 				return err
 			}
+			if errors.Is(err, alarm.ErrExchangeChanged) {
+				// the cluster rings to another exchange now: this
+				// instance's shards go to the instances that do
+				m.stop(true)
+				return err
+			}
 			failures++
 			m.mu.Lock()
 			m.lastErr = err
