@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/clockd/clockd/internal/alarm"
+	"github.com/clockd/clockd/internal/backoff"
 	"github.com/clockd/clockd/internal/console"
 )
 
@@ -35,7 +36,9 @@ own queue still gets every message, watch takes none from it.
 Note: a ring counts as delivered once any queue takes it, so while watch runs,
 the rings of an application that has bound no queue of its own are counted as
 rung (watch received them) instead of retried as unroutable.
-Runs until interrupted (Ctrl-C), or until N rings with -n.
+Runs until interrupted (Ctrl-C), or until N rings with -n. A connection lost
+once it worked (a broker restart) is made again, with backoff; the rings
+published while it was away are not shown (the application's queue has them).
 Only the AMQP flags apply; -addr and -token are not used.
 
 Examples:
@@ -81,39 +84,61 @@ Examples:
 	}
 }
 
-// watch prints the rings of o.app until ctx ends (a clean stop) or the
-// connection is lost (an error).
+// watch prints the rings of o.app until ctx ends (a clean stop) or -n
+// rings came. A connection that fails at the start is an error; one lost
+// once it worked (a broker restart, a node of the list gone) is made again,
+// with backoff, until ctx ends: watch "runs until interrupted" (found by
+// review: it exited 1 at a broker blip). The rings published while it was
+// away are not shown: its queue went with the connection.
 func watch(ctx context.Context, o watchOptions, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
 	seen := 0
 	var werr error
-	err := console.Watch(ctx, console.WatchConfig{URL: o.url, Exchange: o.exchange, Application: o.app},
-		func(q string) {
-			fmt.Fprintf(stderr, "watching rings of %s on exchange %s (queue %s); Ctrl-C to stop\n", o.app, o.exchange, q)
-		},
-		func(r console.Ring) {
-			mu.Lock()
-			defer mu.Unlock()
-			if werr != nil {
-				return
-			}
-			werr = printRing(stdout, r, o.json)
-			seen++
-			if werr != nil || (o.count > 0 && seen >= o.count) {
-				cancel()
-			}
-		})
-	mu.Lock()
-	defer mu.Unlock()
-	if werr != nil {
-		return fmt.Errorf("write: %w", werr)
+	connected := false
+	retry := backoff.Policy{Min: 500 * time.Millisecond, Max: 10 * time.Second}
+	for attempt := 0; ; attempt++ {
+		err := console.Watch(ctx, console.WatchConfig{URL: o.url, Exchange: o.exchange, Application: o.app},
+			func(q string) {
+				if connected {
+					fmt.Fprintf(stderr, "watching again (queue %s); rings published meanwhile are not shown\n", q)
+				} else {
+					fmt.Fprintf(stderr, "watching rings of %s on exchange %s (queue %s); Ctrl-C to stop\n", o.app, o.exchange, q)
+				}
+				connected, attempt = true, 0
+			},
+			func(r console.Ring) {
+				mu.Lock()
+				defer mu.Unlock()
+				if werr != nil {
+					return
+				}
+				werr = printRing(stdout, r, o.json)
+				seen++
+				if werr != nil || (o.count > 0 && seen >= o.count) {
+					cancel()
+				}
+			})
+		mu.Lock()
+		failed := werr
+		mu.Unlock()
+		switch {
+		case failed != nil:
+			return fmt.Errorf("write: %w", failed)
+		case ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)):
+			return nil
+		case !connected:
+			return err
+		}
+		wait := retry.Delay(attempt)
+		fmt.Fprintf(stderr, "%v; reconnecting in %s\n", err, wait.Round(100*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
 	}
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
 }
 
 func printRing(w io.Writer, r console.Ring, asJSON bool) error {
