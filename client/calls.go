@@ -10,10 +10,13 @@ import (
 	"time"
 )
 
-// Create sets a clock. created is true when this call made it (201) and
-// false when an identical clock already existed (200: a repeated create,
-// nothing changed). A clock of the same key with other content is
-// ErrConflict. Retried on network errors and 503 (see the package doc).
+// Create sets a clock. created is true when clockd answered 201 (this
+// call's request made it) and false when it answered 200: an identical
+// clock existed, nothing changed. That includes a clock this very call
+// made on an attempt whose answer was lost, the retry then answering 200:
+// do not hang a one-time side effect on created. A clock of the same key
+// with other content is ErrConflict. Retried on network errors and 503
+// (see the package doc).
 func (c *Client) Create(ctx context.Context, n NewClock) (clock Clock, created bool, err error) {
 	status, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/clocks", body: n.body(), retry: true}, &clock)
 	if err != nil {
