@@ -120,22 +120,12 @@ func TestSlowBodiesOfOneTokenLeaveOtherApplicationsCreates(t *testing.T) {
 
 	// the other application's creates, one a second, each retried as
 	// Retry-After says, for 6 s: a well-behaved client
-	var refused, made int
-	var last []byte
-	for i := 1; i <= 6; i++ {
+	refused, last := createsMeanwhile(t, 6, func(i int) (int, []byte) {
 		code, ra, took, b := create(i)
 		t.Logf("create %d of application order: %d in %v (Retry-After %q)", i, code, took.Round(time.Millisecond), ra)
-		switch code {
-		case http.StatusCreated:
-			made++
-		case http.StatusServiceUnavailable:
-			refused++
-			last = b
-		default:
-			t.Fatalf("create %d: %d %s", i, code, b)
-		}
-		time.Sleep(time.Second)
-	}
+		return code, b
+	})
+	made := 6 - refused
 	for _, c := range held {
 		c.Close()
 	}
@@ -236,21 +226,11 @@ func TestOneClientHoldingBigBodiesLeavesOtherClientsCreates(t *testing.T) {
 	}
 	n := len(held)
 	t.Logf("one client holds %d connections (%d with 8 MiB bodies)", n, big)
-	var refused int
-	var last []byte
-	for i := 1; i <= 5; i++ {
+	refused, last := createsMeanwhile(t, 5, func(i int) (int, []byte) {
 		code, b := create(i)
 		t.Logf("create %d of another client: %d", i, code)
-		switch code {
-		case http.StatusCreated:
-		case http.StatusServiceUnavailable:
-			refused++
-			last = b
-		default:
-			t.Fatalf("create %d: %d %s", i, code, b)
-		}
-		time.Sleep(time.Second)
-	}
+		return code, b
+	})
 	for _, c := range held {
 		c.Close()
 	}
@@ -263,4 +243,24 @@ func TestOneClientHoldingBigBodiesLeavesOtherClientsCreates(t *testing.T) {
 	if code, b := create(100); code != http.StatusCreated {
 		t.Fatalf("create after the client left: %d %s", code, b)
 	}
+}
+
+// createsMeanwhile sends n creates (create(1) .. create(n)), one a second,
+// and returns how many answered 503 and the last such answer; any answer
+// but 201 or 503 fails the test.
+func createsMeanwhile(t *testing.T, n int, create func(i int) (int, []byte)) (refused int, last []byte) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		code, b := create(i)
+		switch code {
+		case http.StatusCreated:
+		case http.StatusServiceUnavailable:
+			refused++
+			last = b
+		default:
+			t.Fatalf("create %d: %d %s", i, code, b)
+		}
+		time.Sleep(time.Second)
+	}
+	return refused, last
 }

@@ -163,16 +163,7 @@ func durStorm(t *testing.T, base func() string, app string, workers int, stop <-
 					}
 					a, data := do("POST", "/v1/clocks/batch", map[string]any{"clocks": items})
 					var resp struct {
-						Results []struct {
-							Status int `json:"status"`
-							Clock  *struct {
-								ID int64 `json:"id"`
-							} `json:"clock"`
-							Error *struct {
-								Code    string `json:"code"`
-								Message string `json:"message"`
-							} `json:"error"`
-						} `json:"results"`
+						Results []rawBatchAnswer `json:"results"`
 					}
 					if a.code == http.StatusOK && json.Unmarshal(data, &resp) == nil && len(resp.Results) == len(keys) {
 						for i, k := range keys {

@@ -39,10 +39,15 @@ func oneShardStoreUnannounced(t *testing.T, cfg mysql.StoreConfig) (*mysql.Store
 
 func heartbeat(t *testing.T, s *mysql.Store, instance string) {
 	t.Helper()
-	if _, err := s.Heartbeat(context.Background(), instance, "", time.Now(), time.Minute, true, 10*time.Second); err != nil {
+	// one process per instance id: the same start time at every beat
+	if _, err := s.Heartbeat(context.Background(), instance, "", processStarted, time.Minute, true, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }
+
+// processStarted is when the tests' instances "started" (their heartbeats
+// are one process's: see Store.Heartbeat).
+var processStarted = time.UnixMilli(1_750_000_000_000)
 
 // ringStore is a migrated store with one shard, and one pending clock due
 // now.
