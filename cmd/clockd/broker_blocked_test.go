@@ -127,8 +127,10 @@ func TestMemoryAlarmIsNoDeletedHintsExchange(t *testing.T) {
 // again, an attempt each time: 37-39 of 40 clocks had 2 attempts within
 // 40 s, and with a small max_attempts they were dead (found by review).
 // Now the write waits for the broker, and the rest of the batch is not
-// sent: no clock has a second attempt, and every clock rings once the
-// alarm clears.
+// sent: no clock has a second attempt. A SIGTERM meanwhile ends the
+// process within its bounds (the held write hung it until the alarm
+// cleared: found by a review of the fix), and every clock rings once the
+// alarm clears and clockd is back.
 func TestMemoryAlarmWithLargeBatchesBurnsNoAttempts(t *testing.T) {
 	node := testenv.StartRabbitNode(t)
 	e := newEnv(t)
@@ -143,7 +145,7 @@ func TestMemoryAlarmWithLargeBatchesBurnsNoAttempts(t *testing.T) {
 	// created before the alarm, due at one instant once it is in effect
 	const n = 24
 	payload := `"` + strings.Repeat("x", 1000000) + `"`
-	at := time.Now().Add(20 * time.Second)
+	at := time.Now().Add(15 * time.Second)
 	specs := spreadSpecs("bigalarm", "b", n, at, time.Millisecond)
 	for i := range specs {
 		specs[i].Extra = map[string]any{"max_attempts": 2, "payload": payload}
@@ -159,7 +161,7 @@ func TestMemoryAlarmWithLargeBatchesBurnsNoAttempts(t *testing.T) {
 	if time.Until(at) < 2*time.Second {
 		t.Fatalf("setting the alarm took too long: %v left before the ring time", time.Until(at))
 	}
-	time.Sleep(time.Until(at) + 25*time.Second) // five confirm timeouts into the alarm
+	time.Sleep(time.Until(at) + 15*time.Second) // three confirm timeouts into the alarm
 	var dead, burnt int
 	var example string
 	for _, c := range clocks {
@@ -175,10 +177,19 @@ func TestMemoryAlarmWithLargeBatchesBurnsNoAttempts(t *testing.T) {
 		}
 	}
 	if dead > 0 || burnt > 0 {
-		t.Errorf("25 s into a memory alarm (the broker only blocks): %d of %d clocks dead, %d with more than one attempt (e.g. %s); "+
+		t.Errorf("15 s into a memory alarm (the broker only blocks): %d of %d clocks dead, %d with more than one attempt (e.g. %s); "+
 			"connection lost %d times", dead, n, burnt, example, strings.Count(d.Logs(), `msg="rabbitmq connection lost"`))
 	}
+	start := time.Now()
+	if err := d.Stop(30 * time.Second); err != nil {
+		t.Errorf("SIGTERM during the alarm: %v", err)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("SIGTERM during the alarm, with a write held: exit after %v, want within the confirm timeout and the closes (15 s)", took.Round(time.Millisecond))
+	}
 	node.Ctl("set_vm_memory_high_watermark", "0.4")
+	d.Start()
+	d.WaitReady(30 * time.Second)
 	if !waitReceived(cons, clocks, 60*time.Second) {
 		t.Errorf("after the alarm cleared, %d of %d clocks never rang", len(judge(cons, clocks).missing()), n)
 	}

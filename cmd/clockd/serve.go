@@ -256,6 +256,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		// another exchange
 		serveErr = feederC.err
 		if errors.Is(serveErr, alarm.ErrInstanceTaken) {
+			jan.Abandon() // its lease, under the id, is the other process's too
 			serveErr = twinError(cfg.Cluster.InstanceID, serveErr)
 		}
 	case <-ctx.Done():
@@ -271,6 +272,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	consoleC.stop()
 	janitorC.stop() // hands the janitor lease over at once
+	pub.Stopping()  // rings held by a broker's alarm end: the loop waits for them
 	loopC.stop()
 	feederC.stop()
 	hintsC.stop()

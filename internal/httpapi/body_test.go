@@ -214,3 +214,63 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		}
 	}
 }
+
+// A body's buffer grows to at most four times what has arrived (plus
+// 1 KiB): a client that declares much and sends little holds memory in
+// proportion to what it sent (a rule "halfway there, all of it" let it
+// reach eight times: found by review). And a body of exactly 4^k × 32 KiB
+// (8 MiB) needs no second buffer of its size to see its end: the buffers
+// a whole body reserves add up to under 1.7 times its size (the 4× steps
+// before the last: 2.3 times for 8 MiB before; found by review).
+func TestBodyBuffersGrowInProportion(t *testing.T) {
+	for _, c := range []struct{ declared, sent int64 }{
+		{8<<20 - 1024, 1 << 20}, {8 << 20, 1 << 20}, {4<<20 - 1024, 512 << 10}, {4<<20 + 512, 512 << 10}, {1 << 20, 100 << 10},
+	} {
+		var arrived, reserved int64
+		worst := 0.0
+		_, err := readBodyWithin(&arrivingReader{left: c.sent, cut: true, arrived: &arrived}, c.declared, 8<<20, func(n int64) bool {
+			if arrived > 0 {
+				worst = max(worst, float64(n-1<<10)/float64(arrived))
+			}
+			return true
+		})
+		if err != io.ErrUnexpectedEOF {
+			t.Fatalf("declared %d: %v", c.declared, err)
+		}
+		if worst > 4 {
+			t.Errorf("declared %d, %d sent: a buffer of %.1f times what had arrived (plus 1 KiB), want at most 4", c.declared, c.sent, worst)
+		}
+		arrived = 0
+		data, err := readBodyWithin(&arrivingReader{left: c.declared, arrived: &arrived}, c.declared, 8<<20, func(n int64) bool {
+			reserved += n
+			return true
+		})
+		if err != nil || int64(len(data)) != c.declared {
+			t.Fatalf("declared %d: read %d, %v", c.declared, len(data), err)
+		}
+		if ratio := float64(reserved) / float64(c.declared); ratio > 1.7 {
+			t.Errorf("a whole body of %d bytes reserved %d bytes of buffers (%.2f times), want under 1.7", c.declared, reserved, ratio)
+		}
+	}
+}
+
+// arrivingReader gives left bytes in reads of at most 64 KiB, then
+// io.ErrUnexpectedEOF when cut (a client that stopped short), else io.EOF.
+type arrivingReader struct {
+	left    int64
+	cut     bool
+	arrived *int64
+}
+
+func (r *arrivingReader) Read(b []byte) (int, error) {
+	if r.left == 0 {
+		if r.cut {
+			return 0, io.ErrUnexpectedEOF
+		}
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(b)), r.left, 64<<10))
+	r.left -= int64(n)
+	*r.arrived += int64(n)
+	return n, nil
+}

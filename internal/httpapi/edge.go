@@ -272,8 +272,9 @@ func (p *preread) Close() error { return nil }
 // readBody reads r to its end like io.ReadAll, but sized by the declared
 // length instead of io.ReadAll's buffer grown and copied a dozen times for
 // a batch of 500 clocks: up to firstRead at once, then up to four times
-// what has arrived, never past the declared length (plus one byte, so that
-// the read that meets the end needs no growth). A client that declares
+// what has arrived (or the rest, when that is within 1 KiB of it), never
+// past the declared length (plus one byte, so that the read that meets the
+// end needs no growth). A client that declares
 // max_body_bytes and sends a trickle holds memory in proportion to what it
 // sent, not to what it declared.
 func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
@@ -299,11 +300,11 @@ func readBodyWithin(r io.Reader, declared, limit int64, reserve func(int64) bool
 			n := 2 * cap(b)
 			if want > int64(len(b)) {
 				n = int(min(want, 4*int64(cap(b))))
-				if 2*int64(n) >= want {
-					// halfway there: the whole of it at once, not a buffer
-					// that ends just short of the end (a body of 8 MiB,
-					// 32 KiB × 4⁴, took a second one of 8 MiB to see its
-					// end: found by review)
+				if want-int64(n) <= 1<<10 {
+					// just short of the end: all of it at once, not a
+					// buffer that needs a second one of the same size to
+					// see the end (a body of 8 MiB, 32 KiB × 4⁴: found by
+					// review)
 					n = int(want)
 				}
 			}

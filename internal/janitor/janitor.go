@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,6 +118,9 @@ type Janitor struct {
 	cfg   Config
 	store Store
 	log   *slog.Logger
+	// abandoned: the instance id is another process's now (Abandon): its
+	// lease is that process's, and is not released
+	abandoned atomic.Bool
 
 	rows       *prometheus.CounterVec
 	partitions *prometheus.CounterVec
@@ -204,11 +208,17 @@ func (j *Janitor) setHeld(h bool) {
 	}
 }
 
+// Abandon makes Run end without giving the lease up: the instance id it
+// is held under is another process's now (alarm.ErrInstanceTaken), and so
+// is the lease (found by review: released, a second janitor could run
+// beside that process's for a lease term).
+func (j *Janitor) Abandon() { j.abandoned.Store(true) }
+
 // Run holds or waits for the lease and, while held, runs every Interval,
-// until ctx ends; then it gives the lease up.
+// until ctx ends; then it gives the lease up (unless abandoned).
 func (j *Janitor) Run(ctx context.Context) error {
 	defer func() {
-		if j.Held() {
+		if j.Held() && !j.abandoned.Load() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
 			if err := j.store.ReleaseLease(rctx, LeaseName, j.cfg.InstanceID); err != nil {

@@ -86,4 +86,19 @@ func TestRingExchangeIsTheClusters(t *testing.T) {
 	if _, err := x.Heartbeat(ctx, "a", "10.0.0.1:8080", started, time.Minute, true, time.Second); !errors.Is(err, alarm.ErrExchangeChanged) {
 		t.Fatalf("a heartbeat under the exchange no longer recorded: %v, want alarm.ErrExchangeChanged", err)
 	}
+	// a heartbeat expired a minute ago (an instance cut off from MySQL past
+	// its TTL) still counts; one expired ten minutes ago does not (found by
+	// a review of the fix)
+	if _, err := db.Exec(`UPDATE clock_instance SET expires_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 60000 WHERE instance_id = 'a'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mysql.SetupExchange(ctx, db, "clock.third", "c"); !errors.Is(err, alarm.ErrExchangeChanged) {
+		t.Fatalf("another exchange a minute after the cluster's last heartbeat: %v, want alarm.ErrExchangeChanged", err)
+	}
+	if _, err := db.Exec(`UPDATE clock_instance SET expires_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 600000 WHERE instance_id = 'a'`); err != nil {
+		t.Fatal(err)
+	}
+	if prev, err := mysql.SetupExchange(ctx, db, "clock.third", "c"); err != nil || prev != "clock.other" {
+		t.Fatalf("another exchange ten minutes after the cluster's last heartbeat: %q %v, want clock.other recorded before", prev, err)
+	}
 }

@@ -307,8 +307,9 @@ const ExchangeSetting = "ring_exchange"
 
 // SetupExchange records the exchange the instances of this database ring
 // to (on first use), and returns the one recorded before when it differs
-// from exchange and no other instance is live: the whole cluster was
-// restarted with a new exchange, which is then recorded. With another
+// from exchange and no other instance has been live for 5 minutes: the
+// whole cluster was stopped and started with a new exchange, which is then
+// recorded. With another
 // instance live under another exchange it answers alarm.ErrExchangeChanged:
 // an instance given another exchange took its share of the shards and
 // rang their clocks where no application listened (found by review: 19
@@ -327,7 +328,9 @@ func SetupExchange(ctx context.Context, db *sqlx.DB, exchange, self string) (pre
 			return nil
 		}
 		var live int
-		if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM clock_instance WHERE expires_at > "+dbNowMS+" AND instance_id <> ?", self).Scan(&live); err != nil {
+		// a heartbeat expired within the last 5 minutes counts: an instance
+		// cut off from MySQL for longer than its lease TTL lives on
+		if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM clock_instance WHERE expires_at > "+dbNowMS+" - 300000 AND instance_id <> ?", self).Scan(&live); err != nil {
 			return fmt.Errorf("count live instances: %w", err)
 		}
 		if live > 0 {

@@ -373,9 +373,19 @@ func (p *Publisher) publishBatch(ctx context.Context, msgs []Message, at []time.
 	}
 	b := &batch{errs: errs, at: at, publishing: true, done: make(chan struct{})}
 	l := s.acquire()
+	// a write held for a broker that blocked the connection (see
+	// sockConn.held) ends with ctx, the shard leases' bound among it, by
+	// closing the socket: it held a SIGTERM until the alarm cleared, and
+	// let the ring go out after the lease was another's (found by review)
+	unhold := context.AfterFunc(ctx, func() {
+		if s.sock.held.Load() {
+			_ = s.sock.Conn.Close()
+		}
+	})
 	s.sock.cork()
 	stopped := l.publish(ctx, b, msgs)
 	s.sock.uncork()
+	unhold()
 	l.pubMu.Unlock()
 
 	// The messages from stopped.at on were never written (a lane that

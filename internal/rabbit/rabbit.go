@@ -120,6 +120,9 @@ type Publisher struct {
 	log     *slog.Logger
 	metrics *metrics
 	retry   backoff.Policy // reconnect delays
+	// stopping: the process is stopping (Stopping); a write held for a
+	// broker that blocked the connection gives up
+	stopping atomic.Bool
 
 	// unroutable holds back repeated warnings about an application whose
 	// rings no queue takes.
@@ -440,6 +443,18 @@ func (p *Publisher) serve(ctx context.Context, s *session) error {
 				p.log.Info("rabbitmq connection unblocked")
 			}
 		}
+	}
+}
+
+// Stopping tells the publisher the process is stopping: a write held for a
+// broker that blocked the connection (see sockConn.held) gives up within
+// the confirm timeout instead of waiting out the alarm, so that the rings
+// in flight, which shutdown waits for, end (found by review: a SIGTERM
+// during a memory alarm hung until it cleared).
+func (p *Publisher) Stopping() {
+	p.stopping.Store(true)
+	if s := p.sess.Load(); s != nil && s.sock != nil && s.sock.held.Load() {
+		_ = s.sock.Conn.Close()
 	}
 }
 

@@ -95,7 +95,7 @@ func (p *Publisher) connect(ctx context.Context, url string) (_ *session, err er
 		if p.testConn != nil {
 			p.testConn(c)
 		}
-		sock = &sockConn{Conn: c, timeout: p.cfg.ConfirmTimeout}
+		sock = &sockConn{Conn: c, timeout: p.cfg.ConfirmTimeout, stopping: &p.stopping}
 		return sock, nil
 	}
 	props := amqp.NewConnectionProperties()
@@ -275,6 +275,7 @@ type sockConn struct {
 	held     atomic.Bool
 	lastRead atomic.Int64  // unix ns of the last read that brought bytes
 	silence  time.Duration // heldSilence when 0 (tests shorten it)
+	stopping *atomic.Bool  // the process is stopping: a held write gives up
 
 	mu    sync.Mutex
 	corks int
@@ -333,9 +334,15 @@ func (c *sockConn) write(b []byte) (int, error) {
 			return written, err
 		}
 		// blocked by the broker: the rest goes once it reads again
+		if c.stopping != nil && c.stopping.Load() {
+			return written, fmt.Errorf("stopping while the broker blocks the connection: %w", err)
+		}
 		if silent := time.Since(time.Unix(0, c.lastRead.Load())); silent > cmp.Or(c.silence, heldSilence) {
 			return written, fmt.Errorf("broker blocked the connection and sent nothing for %s: %w", silent.Round(time.Second), err)
 		}
+		// amqp091's heartbeater may have set its read deadline just before
+		// hold cleared it: none while held
+		_ = c.Conn.SetReadDeadline(time.Time{})
 	}
 }
 

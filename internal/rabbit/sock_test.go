@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -20,19 +21,20 @@ import (
 func TestSocketWriteWaitsForABlockingBroker(t *testing.T) {
 	t.Parallel()
 	payload := make([]byte, 256<<10)
+
 	for _, tc := range []struct {
 		name   string
 		held   bool
-		reader func(peer, mine net.Conn) // what the broker's side does
+		reader func(peer, mine net.Conn, stopping *atomic.Bool) // what the broker's side (or a SIGTERM) does
 		want   func(n int, err error, took time.Duration) string
 	}{
-		{"not blocked: the deadline", false, func(net.Conn, net.Conn) {}, func(n int, err error, took time.Duration) string {
+		{"not blocked: the deadline", false, func(net.Conn, net.Conn, *atomic.Bool) {}, func(n int, err error, took time.Duration) string {
 			if !errors.Is(err, os.ErrDeadlineExceeded) || n == len(payload) || took > 2*time.Second {
 				return "want a deadline error before the whole payload"
 			}
 			return ""
 		}},
-		{"blocked: waits for the broker", true, func(peer, _ net.Conn) {
+		{"blocked: waits for the broker", true, func(peer, _ net.Conn, _ *atomic.Bool) {
 			// the broker's heartbeats come while it blocks; then the
 			// alarm clears
 			for range 4 {
@@ -46,13 +48,22 @@ func TestSocketWriteWaitsForABlockingBroker(t *testing.T) {
 			}
 			return ""
 		}},
-		{"blocked, then silent: ends", true, func(net.Conn, net.Conn) {}, func(n int, err error, took time.Duration) string {
+		{"blocked, then silent: ends", true, func(net.Conn, net.Conn, *atomic.Bool) {}, func(n int, err error, took time.Duration) string {
 			if err == nil || took < 300*time.Millisecond || took > 2*time.Second {
 				return "want an error once the broker sent nothing for the silence bound (300 ms here)"
 			}
 			return ""
 		}},
-		{"blocked, then closed: ends", true, func(_, mine net.Conn) {
+		{"blocked, then the process stops: ends", true, func(_, _ net.Conn, stopping *atomic.Bool) {
+			time.Sleep(300 * time.Millisecond)
+			stopping.Store(true) // Publisher.Stopping: SIGTERM
+		}, func(n int, err error, took time.Duration) string {
+			if err == nil || took < 300*time.Millisecond || took > 2*time.Second {
+				return "want an error soon after the publisher is told the process stops"
+			}
+			return ""
+		}},
+		{"blocked, then closed: ends", true, func(_, mine net.Conn, _ *atomic.Bool) {
 			time.Sleep(300 * time.Millisecond)
 			_ = mine.Close() // teardown
 		}, func(n int, err error, took time.Duration) string {
@@ -66,9 +77,10 @@ func TestSocketWriteWaitsForABlockingBroker(t *testing.T) {
 			t.Parallel()
 			mine, peer := net.Pipe()
 			defer peer.Close()
-			c := &sockConn{Conn: mine, timeout: 50 * time.Millisecond, silence: 300 * time.Millisecond}
+			stopping := new(atomic.Bool)
+			c := &sockConn{Conn: mine, timeout: 50 * time.Millisecond, silence: 300 * time.Millisecond, stopping: stopping}
 			c.hold(tc.held)
-			go tc.reader(peer, mine)
+			go tc.reader(peer, mine, stopping)
 			go func() { // amqp091's reader
 				b := make([]byte, 16)
 				for {
