@@ -21,8 +21,8 @@ import (
 // clockd": a Create should be retried as after a cut connection, and a
 // Cancel whose answer was a 504 (the proxy gave up waiting, clockd may
 // have applied it) should match ErrUnavailable, which the package doc
-// tells callers to test before reading the clock. Neither happens: the
-// error matches no kind, and the Create is not retried.
+// tells callers to test before reading the clock. Neither happened: the
+// error matched no kind, and the Create was not retried (found by review).
 func TestProxyGatewayErrorsAreUnavailable(t *testing.T) {
 	t.Parallel()
 	d := startClockd(t, nil)

@@ -25,12 +25,12 @@ func redirectingFront(t *testing.T, target string, code int) string {
 }
 
 // TestChangesThroughARedirectAreRefusedNotReportedDone: behind a front that
-// answers 301 (http -> https, an old host name), net/http follows the
-// redirect of a POST, DELETE or PATCH as a GET without a body. The client
-// takes the GET's 200 for the change's answer: Create says "an identical
-// clock existed" and returns an empty clock although none was made, and
-// Cancel returns without error (the package doc: "once it returned without
-// error the clock never rings") while the clock stays pending and rings.
+// answers 301 (http -> https, an old host name), net/http followed the
+// redirect of a POST, DELETE or PATCH as a GET without a body, and the
+// client took the GET's 200 for the change's answer: Create said "an
+// identical clock existed" and returned an empty clock although none was
+// made, and Cancel returned without error while the clock stayed pending
+// and rang (found by review). A redirect is now an error, never followed.
 func TestChangesThroughARedirectAreRefusedNotReportedDone(t *testing.T) {
 	t.Parallel()
 	d := startClockd(t, nil)
