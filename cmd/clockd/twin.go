@@ -51,8 +51,8 @@ func checkInstanceID(ctx context.Context, st heartbeatReader, id string, ttl tim
 			return mysql.StaleHeartbeat{}, nil // it left or expired
 		}
 		if e != expires {
-			return mysql.StaleHeartbeat{}, fmt.Errorf("another clockd process is live under instance id %q (started %s, its heartbeat renewed just now): give each process a distinct CLOCKD_INSTANCE_ID (the default, host name + pid, repeats for containers on the host's network, where each is pid 1)",
-				id, time.UnixMilli(started).UTC().Format(time.RFC3339))
+			return mysql.StaleHeartbeat{}, twinError(id, fmt.Errorf("started %s, its heartbeat renewed just now",
+				time.UnixMilli(started).UTC().Format(time.RFC3339)))
 		}
 	}
 	return mysql.StaleHeartbeat{Expires: expires, Started: started}, nil

@@ -42,6 +42,16 @@ const anyQuery = "*"
 // badly encoded, answers 400 before the route runs: a write call never
 // ignores a parameter the caller meant something by (?dry_run=true).
 func (a *api) handle(pattern string, need access, h http.HandlerFunc, query ...string) {
+	a.route(pattern, need, h, false, query...)
+}
+
+// handleBody is handle for a call that carries a body (a create, a
+// reschedule); the others take at most {} (see limiter.serve).
+func (a *api) handleBody(pattern string, need access, h http.HandlerFunc) {
+	a.route(pattern, need, h, true)
+}
+
+func (a *api) route(pattern string, need access, h http.HandlerFunc, body bool, query ...string) {
 	if need == open {
 		a.mux.HandleFunc(pattern, h) // health probes: never limited
 		return
@@ -70,18 +80,8 @@ func (a *api) handle(pattern string, need access, h http.HandlerFunc, query ...s
 				return
 			}
 		}
-		a.limit.serve(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), a.maxBody, h, a.clientOf(r, p), takesBody[pattern])
+		a.limit.serve(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), a.maxBody, h, a.clientOf(r, p), body)
 	})
-}
-
-// takesBody are the routes whose calls carry a body; the others take at
-// most {} (see limiter.serve).
-var takesBody = map[string]bool{
-	"POST /v1/clocks":                              true,
-	"POST /v1/clocks/batch":                        true,
-	"PATCH /v1/clocks/{application}/{business_id}": true,
-	"POST /v1/tokens":                              true,
-	"PUT /v1/applications/{application}/quota":     true,
 }
 
 // clientOf names the client of r for its share of the limits: its token,

@@ -114,24 +114,24 @@ func New(o Options) http.Handler {
 	if a.dbTime <= 0 {
 		a.dbTime = alarm.DefaultTimeout
 	}
-	a.handle("POST /v1/clocks", needWrite, a.create)
-	a.handle("POST /v1/clocks/batch", needWrite, a.createBatch)
+	a.handleBody("POST /v1/clocks", needWrite, a.create)
+	a.handleBody("POST /v1/clocks/batch", needWrite, a.createBatch)
 	a.handle("GET /v1/clocks", needRead, a.list, listParams...)
 	a.handle("GET /v1/clocks/{application}/{business_id}", needRead, a.get)
 	a.handle("DELETE /v1/clocks/{application}/{business_id}", needWrite, a.cancel)
-	a.handle("PATCH /v1/clocks/{application}/{business_id}", needWrite, a.reschedule)
+	a.handleBody("PATCH /v1/clocks/{application}/{business_id}", needWrite, a.reschedule)
 	a.handle("POST /v1/clocks/{application}/{business_id}/replay", needWrite, a.replay)
 	a.handle("POST /v1/clocks/{application}/{business_id}/pause", needWrite, a.pause)
 	a.handle("POST /v1/clocks/{application}/{business_id}/resume", needWrite, a.resume)
 	a.handle("GET /v1/cluster", needAdmin, a.clusterView)
 	if a.auth != nil {
-		a.handle("POST /v1/tokens", needAdmin, a.createToken)
+		a.handleBody("POST /v1/tokens", needAdmin, a.createToken)
 		a.handle("GET /v1/tokens", needAdmin, a.listTokens, "application")
 		a.handle("DELETE /v1/tokens/{id}", needAdmin, a.revokeToken)
 	}
 	if a.quotas != nil {
 		a.handle("GET /v1/applications/{application}/quota", needAdmin, a.getQuota)
-		a.handle("PUT /v1/applications/{application}/quota", needAdmin, a.setQuota)
+		a.handleBody("PUT /v1/applications/{application}/quota", needAdmin, a.setQuota)
 	}
 	a.handle("GET /healthz", open, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

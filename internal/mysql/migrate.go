@@ -274,13 +274,9 @@ func SetupShards(ctx context.Context, db *sqlx.DB, want int) (int, error) {
 }
 
 func setupShards(ctx context.Context, conn *sql.Conn, want int) (int, error) {
-	if _, err := conn.ExecContext(ctx,
-		"INSERT IGNORE INTO clock_setting (name, value) VALUES ('shard_count', ?)", strconv.Itoa(want)); err != nil {
-		return 0, fmt.Errorf("record shard count: %w", err)
-	}
-	var v string
-	if err := conn.QueryRowContext(ctx, "SELECT value FROM clock_setting WHERE name = 'shard_count'").Scan(&v); err != nil {
-		return 0, fmt.Errorf("read shard count: %w", err)
+	v, err := recordSetting(ctx, conn, "shard_count", strconv.Itoa(want))
+	if err != nil {
+		return 0, err
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
@@ -317,12 +313,9 @@ const ExchangeSetting = "ring_exchange"
 // heartbeat of its own, left by a crash, does not count).
 func SetupExchange(ctx context.Context, db *sqlx.DB, exchange, self string) (previous string, err error) {
 	err = withSchemaLock(ctx, db, slog.New(slog.DiscardHandler), schemaLockWait, func(conn *sql.Conn) error {
-		if _, err := conn.ExecContext(ctx, "INSERT IGNORE INTO clock_setting (name, value) VALUES (?, ?)", ExchangeSetting, exchange); err != nil {
-			return fmt.Errorf("record ring exchange: %w", err)
-		}
-		var recorded string
-		if err := conn.QueryRowContext(ctx, "SELECT value FROM clock_setting WHERE name = ?", ExchangeSetting).Scan(&recorded); err != nil {
-			return fmt.Errorf("read ring exchange: %w", err)
+		recorded, err := recordSetting(ctx, conn, ExchangeSetting, exchange)
+		if err != nil {
+			return err
 		}
 		if recorded == exchange {
 			return nil
@@ -345,6 +338,19 @@ func SetupExchange(ctx context.Context, db *sqlx.DB, exchange, self string) (pre
 		return nil
 	})
 	return previous, err
+}
+
+// recordSetting records value as setting name of clock_setting unless one
+// is recorded already, and returns the one in force.
+func recordSetting(ctx context.Context, conn *sql.Conn, name, value string) (string, error) {
+	if _, err := conn.ExecContext(ctx, "INSERT IGNORE INTO clock_setting (name, value) VALUES (?, ?)", name, value); err != nil {
+		return "", fmt.Errorf("record setting %s: %w", name, err)
+	}
+	var v string
+	if err := conn.QueryRowContext(ctx, "SELECT value FROM clock_setting WHERE name = ?", name).Scan(&v); err != nil {
+		return "", fmt.Errorf("read setting %s: %w", name, err)
+	}
+	return v, nil
 }
 
 // withSchemaLock runs fn on one connection holding the schema lock.

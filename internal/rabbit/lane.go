@@ -377,11 +377,7 @@ func (p *Publisher) publishBatch(ctx context.Context, msgs []Message, at []time.
 	// sockConn.held) ends with ctx, the shard leases' bound among it, by
 	// closing the socket: it held a SIGTERM until the alarm cleared, and
 	// let the ring go out after the lease was another's (found by review)
-	unhold := context.AfterFunc(ctx, func() {
-		if s.sock.held.Load() {
-			_ = s.sock.Conn.Close()
-		}
-	})
+	unhold := context.AfterFunc(ctx, s.sock.dropIfHeld)
 	s.sock.cork()
 	stopped := l.publish(ctx, b, msgs)
 	s.sock.uncork()

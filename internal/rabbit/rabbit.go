@@ -453,8 +453,8 @@ func (p *Publisher) serve(ctx context.Context, s *session) error {
 // during a memory alarm hung until it cleared).
 func (p *Publisher) Stopping() {
 	p.stopping.Store(true)
-	if s := p.sess.Load(); s != nil && s.sock != nil && s.sock.held.Load() {
-		_ = s.sock.Conn.Close()
+	if s := p.sess.Load(); s != nil {
+		s.sock.dropIfHeld()
 	}
 }
 

@@ -369,6 +369,14 @@ func (c *sockConn) SetReadDeadline(t time.Time) error {
 }
 
 // hold says whether the broker blocked the connection (see held).
+// dropIfHeld closes the socket when a write is held for the broker (see
+// held), which ends that write; otherwise it does nothing.
+func (c *sockConn) dropIfHeld() {
+	if c != nil && c.held.Load() {
+		_ = c.Conn.Close()
+	}
+}
+
 func (c *sockConn) hold(blocked bool) {
 	c.held.Store(blocked)
 	if blocked {
